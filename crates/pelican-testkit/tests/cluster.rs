@@ -1,0 +1,47 @@
+//! Tests for `RedisCluster`.
+
+use std::time::Instant;
+
+use pelican_testkit::RedisCluster;
+
+#[test]
+fn three_masters_reach_ok_and_serve_a_hash_tag() {
+    let started = Instant::now();
+    let cluster = RedisCluster::start(3);
+    eprintln!("cluster ready in {:?}", started.elapsed());
+
+    assert_eq!(cluster.ports().len(), 3);
+    assert_eq!(
+        cluster.urls(),
+        cluster
+            .ports()
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+    );
+    for node in cluster.nodes() {
+        let info = node.cli(&["CLUSTER", "INFO"]);
+        assert!(info.contains("cluster_state:ok"), "{info}");
+        assert!(info.contains("cluster_known_nodes:3"), "{info}");
+        assert!(info.contains("cluster_size:3"), "{info}");
+    }
+
+    // Same hash tag => same slot, so multi-key commands work; -c follows MOVED.
+    assert_eq!(cluster.cli(&["SET", "{pelican}:a", "1"]), "OK");
+    assert_eq!(
+        cluster.cli(&["MSET", "{pelican}:b", "2", "{pelican}:c", "3"]),
+        "OK"
+    );
+    assert_eq!(
+        cluster.cli(&["MGET", "{pelican}:a", "{pelican}:b", "{pelican}:c"]),
+        "1\n2\n3"
+    );
+    // Reachable through every node (redirects for two of them).
+    for node in cluster.nodes() {
+        assert_eq!(node.cli(&["-c", "GET", "{pelican}:a"]), "1");
+    }
+    // Different slots are refused for multi-key commands.
+    assert!(cluster
+        .cli(&["MSET", "a", "1", "b", "2"])
+        .contains("CROSSSLOT"));
+}

@@ -1,0 +1,32 @@
+-- cancel.lua: a producer stops waiting for some requests. A request nobody waits for
+-- any more is withdrawn: its entry is acknowledged and deleted (a consumer working on
+-- it loses its lease and its outcome is dropped) and its index removed.
+-- KEYS[1] stream   KEYS[2] request prefix
+-- ARGV[1] group   ARGV[2] producer   ARGV[3..] pairs: rid, stream id ("" when indexed)
+-- Reply: the number of requests withdrawn.
+local stream, reqp, group, producer = KEYS[1], KEYS[2], ARGV[1], ARGV[2]
+local withdrawn = 0
+for i = 3, #ARGV, 2 do
+  local rid, sid = ARGV[i], ARGV[i + 1]
+  if sid ~= '' then
+    redis.call('XACK', stream, group, sid)
+    withdrawn = withdrawn + redis.call('XDEL', stream, sid)
+  else
+    local key = reqp .. rid
+    local v = redis.call('GET', key)
+    if v and string.sub(v, 1, 1) == 'P' then
+      local nv = string.gsub(v, ';' .. string.gsub(producer, '%p', '%%%0') .. ';', ';', 1)
+      local head, rest = string.match(nv, '^(P[^;]*;[^;]*;)(.*)$')
+      if rest == '' then
+        local id = string.match(v, '^P([^;]*);')
+        redis.call('XACK', stream, group, id)
+        redis.call('XDEL', stream, id)
+        redis.call('DEL', key)
+        withdrawn = withdrawn + 1
+      elseif nv ~= v then
+        redis.call('SET', key, nv, 'KEEPTTL')
+      end
+    end
+  end
+end
+return withdrawn

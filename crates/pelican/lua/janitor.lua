@@ -1,0 +1,66 @@
+-- janitor.lua: keep a queue's memory bounded. Safe to run from many processes: a lock
+-- key lets one run per interval; every step is idempotent.
+-- KEYS[1] stream   KEYS[2] request prefix   KEYS[3] reply prefix   KEYS[4] lock key
+-- ARGV[1] group   ARGV[2] now (ms)   ARGV[3] interval (ms, lock lifetime)   ARGV[4] runner id
+-- ARGV[5] consumer gc after (ms)   ARGV[6] result ttl (ms)   ARGV[7] reply maxlen
+-- ARGV[8] how many undelivered entries to check for expiry
+-- Reply: { ran (0/1), entries trimmed, entries expired, consumers removed }
+-- Steps: 1. XTRIM MINID below the oldest pending entry (never below: XTRIM removes pending
+-- entries and would leave dangling PEL references) and never past the last delivered
+-- entry; 2. undelivered entries past their deadline are deleted and their waiters told
+-- "expired"; 3. consumers that own nothing and were idle longer than the gc age leave.
+local stream, reqp, replyp, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local group, now, interval, runner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local gc_after, ttl, maxlen, scan = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
+if not redis.call('SET', lock, runner, 'NX', 'PX', interval) then return { 0, 0, 0, 0 } end
+if redis.call('EXISTS', stream) == 0 then return { 1, 0, 0, 0 } end
+
+local function kv(flat)
+  local m = {}
+  for i = 1, #flat, 2 do m[flat[i]] = flat[i + 1] end
+  return m
+end
+
+local last, pending = nil, 0
+for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  local m = kv(g)
+  if m['name'] == group then
+    last, pending = m['last-delivered-id'], tonumber(m['pending'])
+  end
+end
+if not last then return { 1, 0, 0, 0 } end
+
+-- 1. trim
+local trimmed = 0
+local minid
+if pending > 0 then
+  minid = redis.call('XPENDING', stream, group)[2]
+else
+  local ms, seq = string.match(last, '^(%d+)-(%d+)$')
+  minid = ms .. '-' .. (tonumber(seq) + 1)
+end
+trimmed = redis.call('XTRIM', stream, 'MINID', minid)
+
+-- 2. expire undelivered entries past their deadline
+local expired = 0
+local entries = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', scan)
+for _, e in ipairs(entries) do
+  local f = fields_map(e[2])
+  local dl = tonumber(f['deadline'])
+  if dl and dl < now then
+    redis.call('XDEL', stream, e[1])
+    finish(reqp, replyp, f['rid'], e[1], f['from'], f['index'], 'Xdeadline passed before any consumer took the request', ttl, maxlen)
+    expired = expired + 1
+  end
+end
+
+-- 3. consumers that are gone
+local removed = 0
+for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
+  local m = kv(c)
+  if tonumber(m['pending']) == 0 and tonumber(m['idle']) > gc_after then
+    redis.call('XGROUP', 'DELCONSUMER', stream, group, m['name'])
+    removed = removed + 1
+  end
+end
+return { 1, trimmed, expired, removed }

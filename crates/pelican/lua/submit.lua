@@ -1,0 +1,45 @@
+-- submit.lua: submit a batch of requests WITH dedup (one call for many requests).
+-- KEYS[1] stream            P:{Q}:stream
+-- KEYS[2] request prefix    P:{Q}:req:     (rid appended here; same hash tag)
+-- KEYS[3] reply prefix      P:{Q}:reply:
+-- ARGV[1] now (ms)   ARGV[2] producer id   ARGV[3] grace (ms the index outlives the deadline)
+-- ARGV[4] group      ARGV[5] result ttl (ms)   ARGV[6] reply maxlen
+-- ARGV[7..] triples: rid, deadline (ms), body
+-- Reply: one string per request, in order:
+--   "+<sid>" queued as a new stream entry   "=" joined a request already in flight
+--   an outcome ("O..", "E..", "D..", "X..") the cached result of a finished request
+local stream, reqp, replyp = KEYS[1], KEYS[2], KEYS[3]
+local now, producer, grace = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
+local group, ttl, maxlen = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local out = {}
+for i = 7, #ARGV, 3 do
+  local rid, deadline, body = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
+  local key = reqp .. rid
+  local v = redis.call('GET', key)
+  if v and string.sub(v, 1, 1) == 'P' then
+    local sid, dl = string.match(v, '^P([^;]*);([^;]*);')
+    if tonumber(dl) and tonumber(dl) < now then
+      -- in flight but past its deadline: expire it so this submission starts afresh
+      redis.call('XACK', stream, group, sid)
+      redis.call('XDEL', stream, sid)
+      finish(reqp, replyp, rid, sid, nil, '1', 'Xdeadline passed before the request was solved', 0, maxlen)
+      v = nil
+    end
+  end
+  if v and string.sub(v, 1, 1) == 'P' then
+    if not string.find(v, ';' .. producer .. ';', 1, true) then
+      redis.call('APPEND', key, producer .. ';')
+    end
+    out[#out + 1] = '='
+  elseif v then
+    out[#out + 1] = v
+  else
+    local sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', producer, 'deadline', deadline,
+      'at', now, 'index', '1', 'body', body)
+    local px = deadline - now
+    if px < 1 then px = 1 end
+    redis.call('SET', key, 'P' .. sid .. ';' .. deadline .. ';' .. producer .. ';', 'PX', px + grace)
+    out[#out + 1] = '+' .. sid
+  end
+end
+return out

@@ -1,0 +1,473 @@
+//! Configuration: where the queue lives, and how producers and consumers behave.
+//!
+//! Every struct has a `Default` built from the named constants below; each field's doc
+//! says its default and why.
+
+use crate::error::{Error, Result};
+use std::time::Duration;
+
+/// Default key prefix.
+pub const DEFAULT_PREFIX: &str = "pelican";
+/// Default maximum body size (requests and responses): 4 MiB.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 4 << 20;
+/// Default time a Redis command may take before it is reported as failed.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default janitor interval.
+pub const DEFAULT_JANITOR_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Default request timeout: 5 minutes.
+pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
+/// Default lifetime of a cached outcome: 5 minutes.
+pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(300);
+/// Default lifetime of a producer's reply stream without a refresh.
+pub const DEFAULT_REPLY_TTL: Duration = Duration::from_secs(60);
+/// Default interval of the producer's fallback sweep.
+pub const DEFAULT_SWEEP_INTERVAL: Duration = Duration::from_secs(10);
+/// Default block time of blocking reads.
+pub const DEFAULT_BLOCK: Duration = Duration::from_secs(2);
+/// Default cap on unread entries of a reply stream.
+pub const DEFAULT_REPLY_MAXLEN: usize = 100_000;
+
+/// Default idle time after which another consumer may take over an entry.
+pub const DEFAULT_CLAIM_IDLE: Duration = Duration::from_secs(30);
+/// Default number of deliveries before an entry is dead-lettered.
+pub const DEFAULT_MAX_DELIVERIES: u32 = 5;
+/// Default number of deliveries a consumer holds at once.
+pub const DEFAULT_PREFETCH: usize = 16;
+/// Default age after which an idle consumer that owns nothing is removed from the group.
+pub const DEFAULT_CONSUMER_GC_AFTER: Duration = Duration::from_secs(3600);
+/// Default cap on the dead-letter stream.
+pub const DEFAULT_DEAD_MAXLEN: usize = 10_000;
+/// Default time `shutdown` waits for in-flight work before releasing it.
+pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Longest accepted queue name.
+pub const MAX_QUEUE_NAME_LEN: usize = 128;
+/// Longest accepted caller-chosen request id.
+pub const MAX_REQUEST_ID_LEN: usize = 256;
+
+/// Where a queue lives: the Redis URL, the queue's name and the key prefix.
+#[derive(Debug, Clone)]
+pub struct QueueConfig {
+    /// Redis URL: `redis://[user:password@]host:port[/db]` (or `rediss://` for TLS when
+    /// built with the `tls` feature).
+    pub url: String,
+    /// The queue's name: 1 to 128 characters of `A-Z a-z 0-9 . _ - :`. No braces: the
+    /// name becomes the keys' hash tag.
+    pub name: String,
+    /// Key prefix. Default `pelican`: every key is `pelican:{name}:...`.
+    pub prefix: String,
+    /// Largest request or response body accepted, in bytes. Default 4 MiB: large enough
+    /// for real payloads, small enough that one entry cannot stall Redis.
+    pub max_body_bytes: usize,
+    /// How long one Redis command may take before it fails. Default 10 s: far above any
+    /// healthy round trip, short enough that a dead server is noticed.
+    pub command_timeout: Duration,
+    /// How often producers and consumers try to run the janitor (one of them runs it per
+    /// interval). Default 5 s.
+    pub janitor_interval: Duration,
+    /// How long an outcome is kept: a repeat of a finished request within it is answered
+    /// from the cache, and a producer that missed a pushed reply finds it there. Default
+    /// 5 minutes.
+    pub result_ttl: Duration,
+    /// Consumers of the group that own nothing and have been idle this long are removed
+    /// by the janitor. Default 1 hour.
+    pub consumer_gc_after: Duration,
+    /// Cap on the dead-letter stream. Default 10,000 entries.
+    pub dead_maxlen: usize,
+    /// Cap on unread entries of a reply stream (older ones are trimmed; the producer's
+    /// sweep still finds their outcomes). Default 100,000.
+    pub reply_maxlen: usize,
+}
+
+impl QueueConfig {
+    /// A queue named `name` on the Redis at `url`, with default settings.
+    pub fn new(url: impl Into<String>, name: impl Into<String>) -> Self {
+        QueueConfig {
+            url: url.into(),
+            name: name.into(),
+            prefix: DEFAULT_PREFIX.to_string(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            janitor_interval: DEFAULT_JANITOR_INTERVAL,
+            result_ttl: DEFAULT_RESULT_TTL,
+            consumer_gc_after: DEFAULT_CONSUMER_GC_AFTER,
+            dead_maxlen: DEFAULT_DEAD_MAXLEN,
+            reply_maxlen: DEFAULT_REPLY_MAXLEN,
+        }
+    }
+
+    /// Sets the key prefix.
+    #[must_use]
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// Sets the largest accepted body.
+    #[must_use]
+    pub fn with_max_body_bytes(mut self, bytes: usize) -> Self {
+        self.max_body_bytes = bytes;
+        self
+    }
+
+    /// Sets the command timeout.
+    #[must_use]
+    pub fn with_command_timeout(mut self, timeout: Duration) -> Self {
+        self.command_timeout = timeout;
+        self
+    }
+
+    /// Sets the janitor interval.
+    #[must_use]
+    pub fn with_janitor_interval(mut self, interval: Duration) -> Self {
+        self.janitor_interval = interval;
+        self
+    }
+
+    /// Sets how long outcomes are cached.
+    #[must_use]
+    pub fn with_result_ttl(mut self, ttl: Duration) -> Self {
+        self.result_ttl = ttl;
+        self
+    }
+
+    /// Sets the age after which idle consumers that own nothing are removed.
+    #[must_use]
+    pub fn with_consumer_gc_after(mut self, age: Duration) -> Self {
+        self.consumer_gc_after = age;
+        self
+    }
+
+    /// Sets the dead-letter stream cap.
+    #[must_use]
+    pub fn with_dead_maxlen(mut self, n: usize) -> Self {
+        self.dead_maxlen = n;
+        self
+    }
+
+    /// Checks the name, prefix and URL; the error says what is wrong and what is accepted.
+    pub fn validate(&self) -> Result<()> {
+        validate_name("queue name", &self.name)?;
+        validate_name("key prefix", &self.prefix)?;
+        if self.max_body_bytes == 0 {
+            return Err(Error::config("max_body_bytes must be at least 1"));
+        }
+        positive("result_ttl", self.result_ttl)?;
+        positive("janitor_interval", self.janitor_interval)?;
+        positive("command_timeout", self.command_timeout)?;
+        if self.reply_maxlen == 0 || self.dead_maxlen == 0 {
+            return Err(Error::config("reply_maxlen and dead_maxlen must be at least 1"));
+        }
+        validate_url(&self.url)?;
+        Ok(())
+    }
+}
+
+fn validate_name(what: &str, name: &str) -> Result<()> {
+    if name.is_empty() {
+        return Err(Error::config(format!("the {what} is empty")));
+    }
+    if name.len() > MAX_QUEUE_NAME_LEN {
+        return Err(Error::config(format!(
+            "the {what} is {} bytes long; at most {MAX_QUEUE_NAME_LEN} are allowed",
+            name.len()
+        )));
+    }
+    if name.contains('{') || name.contains('}') {
+        return Err(Error::config(format!(
+            "the {what} {name:?} contains a brace; braces are not allowed because pelican \
+             puts the queue name in the keys' hash tag {{...}} itself"
+        )));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':')))
+    {
+        return Err(Error::config(format!(
+            "the {what} {name:?} contains {c:?}; use only letters, digits and . _ - :"
+        )));
+    }
+    Ok(())
+}
+
+pub(crate) fn validate_url(url: &str) -> Result<redis::Client> {
+    let scheme_ok = url.starts_with("redis://")
+        || url.starts_with("rediss://")
+        || url.starts_with("unix://")
+        || url.starts_with("redis+unix://");
+    if !scheme_ok {
+        return Err(Error::config(format!(
+            "invalid Redis URL {url:?}: expected redis://[user:password@]host[:port][/db] \
+             (or rediss:// for TLS)"
+        )));
+    }
+    redis::Client::open(url).map_err(|e| {
+        Error::config(format!(
+            "invalid Redis URL {url:?}: {e}; expected redis://[user:password@]host[:port][/db]"
+        ))
+        .with_source(e)
+    })
+}
+
+/// Checks a caller-chosen request id.
+pub(crate) fn validate_request_id(id: &str) -> Result<()> {
+    if id.is_empty() || id.len() > MAX_REQUEST_ID_LEN {
+        return Err(Error::config(format!(
+            "a request id must be 1 to {MAX_REQUEST_ID_LEN} bytes long, got {}",
+            id.len()
+        )));
+    }
+    if id.chars().any(|c| c.is_control()) {
+        return Err(Error::config(format!(
+            "the request id {id:?} contains a control character"
+        )));
+    }
+    Ok(())
+}
+
+/// How a [`crate::Producer`] behaves.
+#[derive(Debug, Clone)]
+pub struct ProducerConfig {
+    /// How long a request may take, from submission to outcome, before the caller gets
+    /// [`crate::ErrorKind::Timeout`]; it is also the request's deadline in the queue, after
+    /// which no consumer starts it. Default 5 minutes: the work this library is for takes
+    /// seconds to minutes.
+    pub request_timeout: Duration,
+    /// Identical requests in flight are solved once (the request id is a hash of the body).
+    /// Default on. Off: every submission is its own request and costs fewer Redis commands.
+    pub dedup: bool,
+    /// How long the producer's reply stream lives without a refresh; it is refreshed every
+    /// third of it. A producer that died leaves nothing behind after this. Default 60 s.
+    pub reply_ttl: Duration,
+    /// How long a blocking read of the reply stream waits. Default 2 s.
+    pub block: Duration,
+    /// How often outcomes of requests waiting longer than this are looked up directly, in
+    /// case a reply was missed (Redis restart, reply stream lost). Default 10 s.
+    pub sweep_interval: Duration,
+}
+
+impl Default for ProducerConfig {
+    fn default() -> Self {
+        ProducerConfig {
+            request_timeout: DEFAULT_REQUEST_TIMEOUT,
+            dedup: true,
+            reply_ttl: DEFAULT_REPLY_TTL,
+            block: DEFAULT_BLOCK,
+            sweep_interval: DEFAULT_SWEEP_INTERVAL,
+        }
+    }
+}
+
+impl ProducerConfig {
+    /// Sets the request timeout.
+    #[must_use]
+    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
+        self.request_timeout = timeout;
+        self
+    }
+    /// Switches dedup on or off.
+    #[must_use]
+    pub fn with_dedup(mut self, dedup: bool) -> Self {
+        self.dedup = dedup;
+        self
+    }
+    /// Sets the reply stream's lifetime without refresh.
+    #[must_use]
+    pub fn with_reply_ttl(mut self, ttl: Duration) -> Self {
+        self.reply_ttl = ttl;
+        self
+    }
+    /// Sets the blocking read time.
+    #[must_use]
+    pub fn with_block(mut self, block: Duration) -> Self {
+        self.block = block;
+        self
+    }
+    /// Sets the sweep interval.
+    #[must_use]
+    pub fn with_sweep_interval(mut self, interval: Duration) -> Self {
+        self.sweep_interval = interval;
+        self
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        positive("request_timeout", self.request_timeout)?;
+        positive("reply_ttl", self.reply_ttl)?;
+        positive("block", self.block)?;
+        positive("sweep_interval", self.sweep_interval)?;
+        Ok(())
+    }
+}
+
+/// How a [`crate::Consumer`] behaves.
+#[derive(Debug, Clone)]
+pub struct ConsumerConfig {
+    /// An entry whose consumer has not renewed its lease for this long is taken over by
+    /// another consumer. Default 30 s: a crashed worker's work restarts within half a
+    /// minute, while a live one renews every `lease_interval`.
+    pub claim_idle: Duration,
+    /// How often the leases of the entries in hand are renewed (one command for all).
+    /// Default: a third of `claim_idle`, so two renewals may fail before a lease is lost.
+    pub lease_interval: Option<Duration>,
+    /// How often idle entries of other consumers are looked for. Default: half of
+    /// `claim_idle`.
+    pub reclaim_interval: Option<Duration>,
+    /// Deliveries after which an entry is dead-lettered instead of delivered again.
+    /// Default 5: a request that kills five consumers in a row is poison.
+    pub max_deliveries: u32,
+    /// How many deliveries the consumer holds at once (read ahead and in work). Default 16.
+    pub prefetch: usize,
+    /// How long a blocking read waits for new entries. Default 2 s.
+    pub block: Duration,
+    /// How long [`crate::Consumer::shutdown`] waits for work in hand before releasing it.
+    /// Default 30 s.
+    pub shutdown_timeout: Duration,
+    /// The consumer's name in the group. Default: `<host>-<pid>-<random>`.
+    pub name: Option<String>,
+    /// Whether this consumer takes over idle entries of others. Default on.
+    pub reclaim: bool,
+}
+
+impl Default for ConsumerConfig {
+    fn default() -> Self {
+        ConsumerConfig {
+            claim_idle: DEFAULT_CLAIM_IDLE,
+            lease_interval: None,
+            reclaim_interval: None,
+            max_deliveries: DEFAULT_MAX_DELIVERIES,
+            prefetch: DEFAULT_PREFETCH,
+            block: DEFAULT_BLOCK,
+            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
+            name: None,
+            reclaim: true,
+        }
+    }
+}
+
+impl ConsumerConfig {
+    /// Sets the claim idle time.
+    #[must_use]
+    pub fn with_claim_idle(mut self, idle: Duration) -> Self {
+        self.claim_idle = idle;
+        self
+    }
+    /// Sets the lease renewal interval.
+    #[must_use]
+    pub fn with_lease_interval(mut self, interval: Duration) -> Self {
+        self.lease_interval = Some(interval);
+        self
+    }
+    /// Sets how often idle entries are looked for.
+    #[must_use]
+    pub fn with_reclaim_interval(mut self, interval: Duration) -> Self {
+        self.reclaim_interval = Some(interval);
+        self
+    }
+    /// Sets the maximum number of deliveries.
+    #[must_use]
+    pub fn with_max_deliveries(mut self, n: u32) -> Self {
+        self.max_deliveries = n;
+        self
+    }
+    /// Sets how many deliveries are held at once.
+    #[must_use]
+    pub fn with_prefetch(mut self, n: usize) -> Self {
+        self.prefetch = n;
+        self
+    }
+    /// Sets the blocking read time.
+    #[must_use]
+    pub fn with_block(mut self, block: Duration) -> Self {
+        self.block = block;
+        self
+    }
+    /// Sets the shutdown timeout.
+    #[must_use]
+    pub fn with_shutdown_timeout(mut self, timeout: Duration) -> Self {
+        self.shutdown_timeout = timeout;
+        self
+    }
+    /// Sets the consumer's name.
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+    /// Switches reclaiming of other consumers' idle entries on or off.
+    #[must_use]
+    pub fn with_reclaim(mut self, reclaim: bool) -> Self {
+        self.reclaim = reclaim;
+        self
+    }
+
+    pub(crate) fn lease_interval(&self) -> Duration {
+        self.lease_interval.unwrap_or(self.claim_idle / 3)
+    }
+
+    pub(crate) fn reclaim_interval(&self) -> Duration {
+        self.reclaim_interval.unwrap_or(self.claim_idle / 2)
+    }
+
+    pub(crate) fn validate(&self) -> Result<()> {
+        positive("claim_idle", self.claim_idle)?;
+        positive("block", self.block)?;
+        positive("lease_interval", self.lease_interval())?;
+        positive("reclaim_interval", self.reclaim_interval())?;
+        if self.lease_interval() >= self.claim_idle {
+            return Err(Error::config(format!(
+                "lease_interval ({:?}) must be shorter than claim_idle ({:?}), or live consumers lose their leases",
+                self.lease_interval(),
+                self.claim_idle
+            )));
+        }
+        if self.max_deliveries == 0 {
+            return Err(Error::config("max_deliveries must be at least 1"));
+        }
+        if self.prefetch == 0 {
+            return Err(Error::config("prefetch must be at least 1"));
+        }
+        if let Some(name) = &self.name {
+            validate_name("consumer name", name)?;
+        }
+        Ok(())
+    }
+}
+
+fn positive(what: &str, d: Duration) -> Result<()> {
+    if d.is_zero() {
+        return Err(Error::config(format!("{what} must be positive")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_names_are_checked() {
+        assert!(QueueConfig::new("redis://127.0.0.1/", "ok-name_1.x:y")
+            .validate()
+            .is_ok());
+        for bad in ["", "a{b", "a}b", "has space", &"x".repeat(129)] {
+            let err = QueueConfig::new("redis://127.0.0.1/", bad)
+                .validate()
+                .unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Config, "{bad}");
+        }
+        let err = QueueConfig::new("redis://127.0.0.1/", "a{b}")
+            .validate()
+            .unwrap_err();
+        assert!(err.message().contains("brace"), "{err}");
+    }
+
+    #[test]
+    fn urls_are_checked() {
+        for bad in ["", "http://x", "127.0.0.1:6379", "redis://:notaport"] {
+            let err = QueueConfig::new(bad, "q").validate().unwrap_err();
+            assert_eq!(err.kind(), crate::ErrorKind::Config, "{bad}");
+            assert!(err.message().contains("redis://"), "{err}");
+        }
+    }
+}

@@ -1,0 +1,718 @@
+//! The consumer: reads requests in batches, keeps leases on what it holds, takes over
+//! idle work of dead consumers, dead-letters poison and writes outcomes in batches.
+//!
+//! Tasks: one reader (XREADGROUP BLOCK on a dedicated connection, and the reclaim scan
+//! between reads), one writer (batches completions and releases into one script call
+//! each), one maintenance task (lease renewal, janitor).
+
+use crate::codec::{Codec, Json};
+use crate::config::{ConsumerConfig, QueueConfig};
+use crate::delivery::{Delivery, HandlerError, Job};
+use crate::entry::{self, parse_entries, parse_read, RawEntry, Request};
+use crate::error::{Error, ErrorKind, Result};
+use crate::ids;
+use crate::metrics;
+use crate::outcome::Outcome;
+use crate::shared::{ms, now_ms, Backoff, Shared};
+use crate::task::TaskSet;
+use redis::Value;
+use serde::{de::DeserializeOwned, Serialize};
+use std::collections::HashMap;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+/// Most entries read or written in one call.
+const MAX_BATCH: usize = 256;
+
+/// Reads requests of type `Req` from a queue and answers them with `Resp`.
+pub struct Consumer<Req, Resp, C: Codec = Json> {
+    inner: Arc<CInner>,
+    rx: mpsc::Receiver<Delivery<Req, Resp, C>>,
+    tasks: TaskSet,
+}
+
+pub(crate) struct CInner {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) config: ConsumerConfig,
+    pub(crate) name: String,
+    /// Entries this consumer holds, by stream id.
+    held: Mutex<HashMap<String, Held>>,
+    slots: Arc<Semaphore>,
+    writer_tx: mpsc::UnboundedSender<WriteJob>,
+    stop: CancellationToken,
+}
+
+struct Held {
+    lease: CancellationToken,
+    lost: bool,
+}
+
+pub(crate) enum WriteJob {
+    Complete {
+        sid: String,
+        rid: String,
+        from: String,
+        indexed: bool,
+        label: &'static str,
+        outcome: Vec<u8>,
+        ack: Option<oneshot::Sender<Result<bool>>>,
+    },
+    Release {
+        sid: String,
+        idle_ms: u64,
+        ack: Option<oneshot::Sender<Result<()>>>,
+    },
+    Flush(oneshot::Sender<()>),
+}
+
+impl CInner {
+    pub(crate) fn send(&self, job: WriteJob) {
+        if let Err(mpsc::error::SendError(job)) = self.writer_tx.send(job) {
+            // The writer is gone (consumer dropped): the entry stays pending and is
+            // reclaimed after claim_idle.
+            match job {
+                WriteJob::Complete { ack: Some(a), .. } => {
+                    let _ = a.send(Err(Error::new(ErrorKind::Shutdown, "the consumer is shut down")));
+                }
+                WriteJob::Release { ack: Some(a), .. } => {
+                    let _ = a.send(Err(Error::new(ErrorKind::Shutdown, "the consumer is shut down")));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+/// Stops a consumer's [`Consumer::serve`] loop from anywhere (a signal handler, a test).
+#[derive(Clone, Debug)]
+pub struct Stopper(CancellationToken);
+
+impl Stopper {
+    /// Asks the consumer to stop: it reads nothing new, finishes or releases what it holds.
+    pub fn stop(&self) {
+        self.0.cancel();
+    }
+}
+
+impl<Req, Resp, C> Consumer<Req, Resp, C>
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    C: Codec,
+{
+    /// Connects and starts reading. Fails with [`ErrorKind::Config`] for bad settings and
+    /// [`ErrorKind::Redis`] when Redis cannot be reached.
+    pub async fn connect(queue: QueueConfig, config: ConsumerConfig) -> Result<Self> {
+        config.validate()?;
+        let shared = Shared::connect(&queue).await?;
+        let name = config.name.clone().unwrap_or_else(ids::consumer_name);
+        let (writer_tx, writer_rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::channel(config.prefetch);
+        let inner = Arc::new(CInner {
+            shared,
+            slots: Arc::new(Semaphore::new(config.prefetch)),
+            config,
+            name,
+            held: Mutex::new(HashMap::new()),
+            writer_tx,
+            stop: CancellationToken::new(),
+        });
+        let tasks = TaskSet::new();
+        tasks.spawn(writer(inner.clone(), writer_rx));
+        tasks.spawn(reader::<Req, Resp, C>(inner.clone(), tx));
+        tasks.spawn(maintenance(Arc::downgrade(&inner)));
+        tracing::debug!(queue = %inner.shared.queue.name, consumer = %inner.name, "consumer started");
+        Ok(Consumer { inner, rx, tasks })
+    }
+
+    /// This consumer's name in the group.
+    pub fn name(&self) -> &str {
+        &self.inner.name
+    }
+
+    /// A handle that stops [`Consumer::serve`].
+    pub fn stopper(&self) -> Stopper {
+        Stopper(self.inner.stop.clone())
+    }
+
+    /// The next delivery; `None` once the consumer is stopping.
+    pub async fn next(&mut self) -> Option<Delivery<Req, Resp, C>> {
+        tokio::select! {
+            d = self.rx.recv() => d,
+            _ = self.inner.stop.cancelled() => None,
+        }
+    }
+
+    /// Runs `handler` on every delivery, at most `concurrency` at a time, until
+    /// [`Stopper::stop`] is called; then shuts down gracefully (see
+    /// [`Consumer::shutdown`]). A handler's `Ok` is the response; `Err` says whether to
+    /// fail for good or retry; a handler that panics counts as a failed delivery (the
+    /// request is released for redelivery) and never stops the consumer.
+    pub async fn serve<F, Fut>(mut self, concurrency: usize, handler: F) -> Result<()>
+    where
+        F: Fn(Req, Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = std::result::Result<Resp, HandlerError>> + Send + 'static,
+    {
+        let handler = Arc::new(handler);
+        let limit = Arc::new(Semaphore::new(concurrency.max(1)));
+        let mut running = tokio::task::JoinSet::new();
+        loop {
+            let permit = tokio::select! {
+                p = limit.clone().acquire_owned() => p.expect("never closed"),
+                _ = self.inner.stop.cancelled() => break,
+            };
+            let Some(mut d) = self.next().await else { break };
+            let handler = handler.clone();
+            running.spawn(async move {
+                let req = d.take_request();
+                let job = d.job().clone();
+                let work = tokio::spawn(handler(req, job));
+                let r = match work.await {
+                    Ok(Ok(resp)) => d.respond(&resp).await.map(|_| ()),
+                    Ok(Err(HandlerError::Fail(m))) => d.fail(m).await.map(|_| ()),
+                    Ok(Err(HandlerError::Retry(m))) => {
+                        tracing::debug!(rid = %d.job().request_id(), reason = %m, "handler asked for a retry");
+                        d.retry().await
+                    }
+                    Ok(Err(HandlerError::RetryAfter(delay, m))) => {
+                        tracing::debug!(rid = %d.job().request_id(), reason = %m, ?delay, "handler asked for a retry");
+                        d.retry_after(delay).await
+                    }
+                    Err(e) => {
+                        tracing::warn!(rid = %d.job().request_id(), error = %e, "handler panicked; the request is released for redelivery");
+                        d.retry().await
+                    }
+                };
+                if let Err(e) = r {
+                    tracing::warn!(error = %e, "could not record an outcome");
+                }
+                drop(permit);
+            });
+            // reap finished handlers so the set does not grow
+            while running.try_join_next().is_some() {}
+        }
+        let deadline = tokio::time::sleep(self.inner.config.shutdown_timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                r = running.join_next() => if r.is_none() { break },
+                _ = &mut deadline => {
+                    tracing::warn!(n = running.len(), "shutdown timeout: cancelling handlers still running and releasing their requests");
+                    self.inner.cancel_all();
+                    running.abort_all();
+                    while running.join_next().await.is_some() {}
+                    break;
+                }
+            }
+        }
+        self.shutdown().await
+    }
+
+    /// Stops gracefully: reads nothing new, waits up to `shutdown_timeout` for the
+    /// deliveries in hand to be answered, then releases whatever is left so another
+    /// consumer can take it at once, writes every pending outcome and leaves the group.
+    pub async fn shutdown(mut self) -> Result<()> {
+        self.inner.stop.cancel();
+        // Deliveries read ahead but not handed out are released.
+        self.rx.close();
+        while let Ok(d) = self.rx.try_recv() {
+            drop(d);
+        }
+        let prefetch = self.inner.config.prefetch as u32;
+        let all = tokio::time::timeout(
+            self.inner.config.shutdown_timeout,
+            self.inner.slots.clone().acquire_many_owned(prefetch),
+        )
+        .await;
+        if all.is_err() {
+            tracing::warn!("shutdown timeout: releasing deliveries still in hand");
+            self.inner.cancel_all();
+        }
+        let (tx, rx) = oneshot::channel();
+        self.inner.send(WriteJob::Flush(tx));
+        let _ = rx.await;
+        self.tasks.abort_all();
+        // Release everything still owned (including entries a cancelled read may have
+        // delivered unseen), then leave the group if nothing is left.
+        let sh = &self.inner.shared;
+        let released: i64 = sh
+            .scripts
+            .release
+            .key(&sh.keys.stream)
+            .arg(&sh.keys.group)
+            .arg(&self.inner.name)
+            .arg(ms(self.inner.config.claim_idle))
+            .invoke_async(&mut sh.conn())
+            .await
+            .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
+        if released == 0 {
+            let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
+                .arg("DELCONSUMER")
+                .arg(&sh.keys.stream)
+                .arg(&sh.keys.group)
+                .arg(&self.inner.name)
+                .query_async(&mut sh.conn())
+                .await;
+        }
+        tracing::debug!(consumer = %self.inner.name, released, "consumer stopped");
+        Ok(())
+    }
+}
+
+impl CInner {
+    fn cancel_all(&self) {
+        for h in self.held.lock().unwrap().values() {
+            h.lease.cancel();
+        }
+    }
+}
+
+/// Reads new entries (and reclaims idle ones when due) into the delivery channel,
+/// never holding more than `prefetch` deliveries.
+async fn reader<Req, Resp, C>(inner: Arc<CInner>, tx: mpsc::Sender<Delivery<Req, Resp, C>>)
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    C: Codec,
+{
+    let cfg = inner.config.clone();
+    let sh = inner.shared.clone();
+    let mut conn = None;
+    let mut backoff = Backoff::new();
+    let mut next_reclaim = Instant::now();
+    let mut cursor = "-".to_string();
+    loop {
+        let first = tokio::select! {
+            p = inner.slots.clone().acquire_owned() => p.expect("never closed"),
+            _ = inner.stop.cancelled() => return,
+        };
+        let mut permits = vec![first];
+        while permits.len() < MAX_BATCH {
+            match inner.slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
+            }
+        }
+        if cfg.reclaim && Instant::now() >= next_reclaim {
+            match reclaim(&inner, &cursor, permits.len()).await {
+                Ok((next, claimed)) => {
+                    if next == "-" {
+                        next_reclaim = Instant::now() + cfg.reclaim_interval();
+                    }
+                    cursor = next;
+                    if !claimed.is_empty() {
+                        metrics::redelivered(&sh.queue.name, claimed.len() as u64);
+                    }
+                    for (e, n) in claimed {
+                        let p = permits.pop().expect("claimed at most the free slots");
+                        deliver(&inner, &tx, e, n, p).await;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reclaim failed");
+                    next_reclaim = Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
+                }
+            }
+            if permits.is_empty() {
+                continue;
+            }
+        }
+        if conn.is_none() {
+            match sh.blocking_connection(cfg.block).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "consumer cannot connect; retrying");
+                    drop(permits);
+                    wait_or_stop(&inner, backoff.next()).await;
+                    continue;
+                }
+            }
+        }
+        let block = if cfg.reclaim {
+            next_reclaim
+                .saturating_duration_since(Instant::now())
+                .min(cfg.block)
+                .max(Duration::from_millis(1))
+        } else {
+            cfg.block
+        };
+        let read = redis::cmd("XREADGROUP")
+            .arg("GROUP")
+            .arg(&sh.keys.group)
+            .arg(&inner.name)
+            .arg("COUNT")
+            .arg(permits.len())
+            .arg("BLOCK")
+            .arg(ms(block))
+            .arg("STREAMS")
+            .arg(&sh.keys.stream)
+            .arg(">")
+            .query_async::<Value>(conn.as_mut().expect("connected"))
+            .await;
+        match read {
+            Ok(v) => {
+                backoff.reset();
+                for e in parse_read(&v) {
+                    let p = permits.pop().expect("read at most the free slots");
+                    deliver(&inner, &tx, e, 1, p).await;
+                }
+            }
+            Err(e) if e.code() == Some("NOGROUP") => {
+                tracing::warn!("the consumer group is gone (Redis restarted or the stream was deleted); creating it again");
+                drop(permits);
+                if let Err(e) = sh.ensure_group().await {
+                    tracing::warn!(error = %e, "cannot create the consumer group");
+                    wait_or_stop(&inner, backoff.next()).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "read failed; reconnecting");
+                conn = None;
+                drop(permits);
+                wait_or_stop(&inner, backoff.next()).await;
+            }
+        }
+    }
+}
+
+async fn wait_or_stop(inner: &CInner, d: Duration) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = inner.stop.cancelled() => {}
+    }
+}
+
+/// One reclaim call: the next cursor and the entries taken over, with delivery counts.
+async fn reclaim(inner: &CInner, cursor: &str, count: usize) -> Result<(String, Vec<(RawEntry, u32)>)> {
+    let sh = &inner.shared;
+    let cfg = &inner.config;
+    let v: Value = sh
+        .scripts
+        .reclaim
+        .key(&sh.keys.stream)
+        .key(&sh.keys.dead)
+        .key(&sh.keys.req_prefix)
+        .key(&sh.keys.reply_prefix)
+        .arg(&sh.keys.group)
+        .arg(&inner.name)
+        .arg(ms(cfg.claim_idle))
+        .arg(cursor)
+        .arg(count)
+        .arg(cfg.max_deliveries)
+        .arg(now_ms())
+        .arg(ms(sh.queue.result_ttl))
+        .arg(sh.queue.reply_maxlen)
+        .arg(sh.queue.dead_maxlen)
+        .invoke_async(&mut sh.conn())
+        .await
+        .map_err(|e| Error::redis("reclaiming idle entries", e))?;
+    let parts = entry::array(&v);
+    let next = parts.first().and_then(entry::string).unwrap_or_else(|| "-".into());
+    let claimed = parts.get(1).map(parse_entries).unwrap_or_default();
+    let counts: HashMap<String, u32> = parts
+        .get(2)
+        .map(entry::array)
+        .unwrap_or(&[])
+        .chunks(2)
+        .filter_map(|c| Some((entry::string(c.first()?)?, entry::int(c.get(1)?)? as u32)))
+        .collect();
+    let dead = parts.get(3).and_then(entry::int).unwrap_or(0);
+    if dead > 0 {
+        tracing::warn!(n = dead, "dead-lettered entries that reached max_deliveries");
+        metrics::dead_lettered(&sh.queue.name, dead as u64);
+    }
+    let claimed = claimed
+        .into_iter()
+        .map(|e| {
+            let n = counts.get(&e.id).copied().unwrap_or(2);
+            (e, n)
+        })
+        .collect();
+    Ok((next, claimed))
+}
+
+/// Turns one entry into a delivery, or dead-letters it, or answers it "expired".
+async fn deliver<Req, Resp, C>(
+    inner: &Arc<CInner>,
+    tx: &mpsc::Sender<Delivery<Req, Resp, C>>,
+    e: RawEntry,
+    deliveries: u32,
+    permit: OwnedSemaphorePermit,
+) where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    C: Codec,
+{
+    let sid = e.id.clone();
+    let req = match Request::from_entry(e, inner.shared.queue.max_body_bytes) {
+        Ok(r) => r,
+        Err(reason) => return reject(inner, &sid, &reason, deliveries).await,
+    };
+    if req.deadline_ms < now_ms() {
+        inner.send(WriteJob::Complete {
+            sid: req.id,
+            rid: req.rid,
+            from: req.from,
+            indexed: req.indexed,
+            label: "expired",
+            outcome: Outcome::Expired("deadline passed before a consumer started it".into()).encode(),
+            ack: None,
+        });
+        return;
+    }
+    let value = match C::decode::<Req>(&req.body) {
+        Ok(v) => v,
+        Err(err) => {
+            return reject(inner, &sid, &format!("undecodable body: {err}"), deliveries).await
+        }
+    };
+    let lease = CancellationToken::new();
+    inner.held.lock().unwrap().insert(
+        sid.clone(),
+        Held {
+            lease: lease.clone(),
+            lost: false,
+        },
+    );
+    let d = Delivery {
+        inner: inner.clone(),
+        req: Some(value),
+        job: Job {
+            sid,
+            rid: req.rid,
+            from: req.from,
+            indexed: req.indexed,
+            deliveries,
+            deadline_ms: req.deadline_ms,
+            submitted_ms: req.submitted_ms,
+            lease,
+        },
+        permit: Some(permit),
+        answered: false,
+        received: Instant::now(),
+        _types: PhantomData,
+    };
+    if let Err(mpsc::error::SendError(d)) = tx.send(d).await {
+        // Nobody takes deliveries any more (stopping): dropping it releases it.
+        drop(d);
+    }
+}
+
+async fn reject(inner: &CInner, sid: &str, reason: &str, deliveries: u32) {
+    let sh = &inner.shared;
+    tracing::warn!(entry = sid, reason, "dead-lettering a malformed entry");
+    let r: redis::RedisResult<i64> = sh
+        .scripts
+        .reject
+        .key(&sh.keys.stream)
+        .key(&sh.keys.dead)
+        .key(&sh.keys.req_prefix)
+        .key(&sh.keys.reply_prefix)
+        .arg(&sh.keys.group)
+        .arg(&inner.name)
+        .arg(sid)
+        .arg(reason)
+        .arg(deliveries)
+        .arg(now_ms())
+        .arg(ms(sh.queue.result_ttl))
+        .arg(sh.queue.reply_maxlen)
+        .arg(sh.queue.dead_maxlen)
+        .invoke_async(&mut sh.conn())
+        .await;
+    match r {
+        Ok(1) => metrics::dead_lettered(&sh.queue.name, 1),
+        Ok(_) => {}
+        Err(e) => tracing::warn!(error = %e, entry = sid, "could not dead-letter; it will be reclaimed and tried again"),
+    }
+}
+
+/// Writes outcomes and releases in batches: whatever queued up while the previous call
+/// was on the wire goes in the next one.
+async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
+    let mut backoff = Backoff::new();
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let mut completes = Vec::new();
+        let mut releases: Vec<(String, u64, Option<oneshot::Sender<Result<()>>>)> = Vec::new();
+        let mut flushes = Vec::new();
+        for j in jobs {
+            match j {
+                WriteJob::Complete { sid, rid, from, indexed, label, outcome, ack } => {
+                    completes.push((sid, rid, from, indexed, label, outcome, ack))
+                }
+                WriteJob::Release { sid, idle_ms, ack } => releases.push((sid, idle_ms, ack)),
+                WriteJob::Flush(tx) => flushes.push(tx),
+            }
+        }
+        if !completes.is_empty() {
+            // Retry while the lease could still be ours; after that another consumer
+            // has taken the entry over and our outcome would be dropped anyway.
+            let give_up = Instant::now() + inner.config.claim_idle;
+            let result = loop {
+                match write_completions(&inner, &completes).await {
+                    Ok(r) => break Ok(r),
+                    Err(e) if Instant::now() < give_up && !inner.writer_tx.is_closed() => {
+                        tracing::warn!(error = %e, "writing outcomes failed; retrying");
+                        tokio::time::sleep(backoff.next()).await;
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            backoff.reset();
+            let mut held = inner.held.lock().unwrap();
+            for (i, (sid, _, _, _, label, _, ack)) in completes.into_iter().enumerate() {
+                held.remove(&sid);
+                let r = match &result {
+                    Ok(flags) => {
+                        let recorded = flags.get(i).copied().unwrap_or(false);
+                        if recorded {
+                            metrics::completed(&inner.shared.queue.name, label, 1);
+                        } else {
+                            metrics::duplicate_dropped(&inner.shared.queue.name, 1);
+                        }
+                        Ok(recorded)
+                    }
+                    Err(e) => Err(e.clone()),
+                };
+                if let Some(a) = ack {
+                    let _ = a.send(r);
+                }
+            }
+        }
+        if !releases.is_empty() {
+            let mut by_idle: HashMap<u64, Vec<String>> = HashMap::new();
+            for (sid, idle, _) in &releases {
+                by_idle.entry(*idle).or_default().push(sid.clone());
+            }
+            let mut result = Ok(());
+            for (idle, sids) in by_idle {
+                if let Err(e) = release(&inner, idle, &sids).await {
+                    tracing::warn!(error = %e, "releasing entries failed; they are reclaimed after claim_idle");
+                    result = Err(e);
+                }
+            }
+            let mut held = inner.held.lock().unwrap();
+            for (sid, _, ack) in releases {
+                held.remove(&sid);
+                if let Some(a) = ack {
+                    let _ = a.send(result.clone());
+                }
+            }
+        }
+        for f in flushes {
+            let _ = f.send(());
+        }
+    }
+}
+
+type Completion = (String, String, String, bool, &'static str, Vec<u8>, Option<oneshot::Sender<Result<bool>>>);
+
+async fn write_completions(inner: &CInner, jobs: &[Completion]) -> Result<Vec<bool>> {
+    let sh = &inner.shared;
+    let mut inv = sh.scripts.complete.prepare_invoke();
+    inv.key(&sh.keys.stream)
+        .key(&sh.keys.req_prefix)
+        .key(&sh.keys.reply_prefix)
+        .arg(&sh.keys.group)
+        .arg(ms(sh.queue.result_ttl))
+        .arg(sh.queue.reply_maxlen);
+    for (sid, rid, from, indexed, _, outcome, _) in jobs {
+        inv.arg(sid)
+            .arg(rid)
+            .arg(from)
+            .arg(if *indexed { "1" } else { "0" })
+            .arg(outcome.as_slice());
+    }
+    let flags: Vec<i64> = inv
+        .invoke_async(&mut sh.conn())
+        .await
+        .map_err(|e| Error::redis("writing outcomes", e))?;
+    Ok(flags.into_iter().map(|f| f == 1).collect())
+}
+
+async fn release(inner: &CInner, idle_ms: u64, sids: &[String]) -> Result<()> {
+    let sh = &inner.shared;
+    let mut inv = sh.scripts.release.prepare_invoke();
+    inv.key(&sh.keys.stream)
+        .arg(&sh.keys.group)
+        .arg(&inner.name)
+        .arg(idle_ms);
+    for s in sids {
+        inv.arg(s);
+    }
+    let _: i64 = inv
+        .invoke_async(&mut sh.conn())
+        .await
+        .map_err(|e| Error::redis("releasing entries", e))?;
+    Ok(())
+}
+
+/// Renews leases every `lease_interval` and runs the janitor when due.
+async fn maintenance(weak: std::sync::Weak<CInner>) {
+    let mut last_janitor = Instant::now() - Duration::from_secs(3600);
+    loop {
+        let Some(inner) = weak.upgrade() else { return };
+        let interval = inner.config.lease_interval();
+        drop(inner);
+        tokio::time::sleep(interval.min(Duration::from_secs(1))).await;
+        let Some(inner) = weak.upgrade() else { return };
+        if let Err(e) = renew(&inner).await {
+            tracing::warn!(error = %e, "lease renewal failed");
+        }
+        let sh = &inner.shared;
+        if last_janitor.elapsed() >= sh.queue.janitor_interval {
+            last_janitor = Instant::now();
+            if let Err(e) = sh.janitor(&inner.name).await {
+                tracing::debug!(error = %e, "janitor failed");
+            }
+        }
+    }
+}
+
+async fn renew(inner: &CInner) -> Result<()> {
+    let ids: Vec<String> = inner
+        .held
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, h)| !h.lost)
+        .map(|(sid, _)| sid.clone())
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    let sh = &inner.shared;
+    let mut inv = sh.scripts.renew.prepare_invoke();
+    inv.key(&sh.keys.stream).arg(&sh.keys.group).arg(&inner.name);
+    for id in &ids {
+        inv.arg(id);
+    }
+    let lost: Vec<String> = inv
+        .invoke_async(&mut sh.conn())
+        .await
+        .map_err(|e| Error::redis("renewing leases", e))?;
+    if !lost.is_empty() {
+        let mut held = inner.held.lock().unwrap();
+        let mut n = 0;
+        for sid in lost {
+            if let Some(h) = held.get_mut(&sid) {
+                h.lost = true;
+                h.lease.cancel();
+                n += 1;
+                tracing::warn!(entry = %sid, consumer = %inner.name, "lease lost: another consumer took the request over or it was withdrawn");
+            }
+        }
+        metrics::lease_lost(&sh.queue.name, n);
+    }
+    Ok(())
+}

@@ -1,0 +1,223 @@
+//! One request in a consumer's hands.
+
+use crate::codec::{Codec, Json};
+use crate::consumer::{CInner, WriteJob};
+use crate::error::{Error, ErrorKind, Result};
+use crate::outcome::Outcome;
+use crate::shared::ms;
+use serde::Serialize;
+use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use tokio::sync::{oneshot, OwnedSemaphorePermit};
+use tokio_util::sync::CancellationToken;
+
+/// What is known about a delivered request besides its body.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub(crate) sid: String,
+    pub(crate) rid: String,
+    pub(crate) from: String,
+    pub(crate) indexed: bool,
+    pub(crate) deliveries: u32,
+    pub(crate) deadline_ms: u64,
+    pub(crate) submitted_ms: u64,
+    pub(crate) lease: CancellationToken,
+}
+
+impl Job {
+    /// The request id (the dedup key).
+    pub fn request_id(&self) -> &str {
+        &self.rid
+    }
+
+    /// The stream entry id.
+    pub fn entry_id(&self) -> &str {
+        &self.sid
+    }
+
+    /// How many times this request has been delivered, this time included (1 = first).
+    pub fn delivery_count(&self) -> u32 {
+        self.deliveries
+    }
+
+    /// When the request stops being worth solving.
+    pub fn deadline(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.deadline_ms)
+    }
+
+    /// When the request was submitted (by the submitting producer's clock).
+    pub fn submitted_at(&self) -> SystemTime {
+        UNIX_EPOCH + Duration::from_millis(self.submitted_ms)
+    }
+
+    /// Fires when this consumer lost the lease (another consumer took the request over,
+    /// or it was withdrawn) or is shutting down past its timeout: stop working on it, its
+    /// outcome will most likely be dropped.
+    pub fn lease_lost(&self) -> CancellationToken {
+        self.lease.clone()
+    }
+
+    /// Whether the lease has been lost.
+    pub fn is_lease_lost(&self) -> bool {
+        self.lease.is_cancelled()
+    }
+}
+
+/// A request delivered to this consumer. Answer it once with [`Delivery::respond`],
+/// [`Delivery::fail`] or [`Delivery::retry`]; dropping it unanswered releases it so
+/// another consumer can take it at once (the delivery still counts).
+pub struct Delivery<Req, Resp, C: Codec = Json> {
+    pub(crate) inner: Arc<CInner>,
+    pub(crate) req: Option<Req>,
+    pub(crate) job: Job,
+    pub(crate) permit: Option<OwnedSemaphorePermit>,
+    pub(crate) answered: bool,
+    pub(crate) received: Instant,
+    pub(crate) _types: PhantomData<fn(Resp) -> C>,
+}
+
+impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
+    /// The request.
+    pub fn request(&self) -> &Req {
+        self.req.as_ref().expect("request taken")
+    }
+
+    /// Takes the request out (the delivery can still be answered).
+    pub fn take_request(&mut self) -> Req {
+        self.req.take().expect("request taken")
+    }
+
+    /// Everything else about the delivery.
+    pub fn job(&self) -> &Job {
+        &self.job
+    }
+
+    /// Answers with a response. Returns `true` when this was the request's outcome,
+    /// `false` when another outcome had been recorded first (e.g. this consumer lost its
+    /// lease and another one finished): the response was dropped.
+    ///
+    /// The response is encoded before this returns, so the future does not borrow it.
+    pub fn respond(mut self, resp: &Resp) -> impl Future<Output = Result<bool>> + Send + 'static
+    where
+        Req: Send + 'static,
+        Resp: 'static,
+    {
+        let max = self.inner.shared.queue.max_body_bytes;
+        let (outcome, err) = match C::encode(resp) {
+            Err(e) => {
+                let err = Error::codec("encoding the response", e);
+                let o = Outcome::Remote(format!("the handler's response could not be encoded: {err}"));
+                (o, Some(err))
+            }
+            Ok(body) if body.len() > max => {
+                let msg = format!("the response body is {} bytes; max_body_bytes is {max}", body.len());
+                (Outcome::Remote(msg.clone()), Some(Error::new(ErrorKind::TooLarge, msg)))
+            }
+            Ok(body) => (Outcome::Ok(body), None),
+        };
+        async move {
+            let recorded = self.finish(outcome).await?;
+            match err {
+                Some(e) => Err(e),
+                None => Ok(recorded),
+            }
+        }
+    }
+
+    /// Fails the request for good: the caller gets a [`ErrorKind::Remote`] error with
+    /// this message. Same return value as [`Delivery::respond`].
+    pub async fn fail(mut self, message: impl Into<String>) -> Result<bool> {
+        self.finish(Outcome::Remote(message.into())).await
+    }
+
+    /// Gives the request back for another delivery right away (to any consumer). The
+    /// delivery counts towards `max_deliveries`.
+    pub async fn retry(self) -> Result<()> {
+        self.retry_after(Duration::ZERO).await
+    }
+
+    /// Gives the request back to be delivered again after about `delay` (at most
+    /// `claim_idle`).
+    pub async fn retry_after(mut self, delay: Duration) -> Result<()> {
+        self.answered = true;
+        let idle = self.inner.config.claim_idle.saturating_sub(delay);
+        let (tx, rx) = oneshot::channel();
+        self.inner.send(WriteJob::Release {
+            sid: self.job.sid.clone(),
+            idle_ms: ms(idle),
+            ack: Some(tx),
+        });
+        self.permit.take();
+        rx.await
+            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?
+    }
+
+    async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
+        self.answered = true;
+        crate::metrics::handler_duration(&self.inner.shared.queue.name, self.received.elapsed());
+        let (tx, rx) = oneshot::channel();
+        self.inner.send(WriteJob::Complete {
+            sid: self.job.sid.clone(),
+            rid: self.job.rid.clone(),
+            from: self.job.from.clone(),
+            indexed: self.job.indexed,
+            label: outcome.label(),
+            outcome: outcome.encode(),
+            ack: Some(tx),
+        });
+        // The slot is free as soon as the answer is handed over.
+        self.permit.take();
+        rx.await
+            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?
+    }
+}
+
+impl<Req, Resp, C: Codec> Drop for Delivery<Req, Resp, C> {
+    fn drop(&mut self) {
+        if !self.answered {
+            self.inner.send(WriteJob::Release {
+                sid: self.job.sid.clone(),
+                idle_ms: ms(self.inner.config.claim_idle),
+                ack: None,
+            });
+        }
+    }
+}
+
+/// How a handler says a request failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum HandlerError {
+    /// Fail for good: the caller gets a [`ErrorKind::Remote`] error with this message.
+    Fail(String),
+    /// Give the request back to be tried again (counts towards `max_deliveries`).
+    Retry(String),
+    /// Give it back to be tried again after about this long.
+    RetryAfter(Duration, String),
+}
+
+impl HandlerError {
+    /// A final failure.
+    pub fn fail(message: impl Into<String>) -> Self {
+        HandlerError::Fail(message.into())
+    }
+
+    /// A passing failure: try again.
+    pub fn retry(message: impl Into<String>) -> Self {
+        HandlerError::Retry(message.into())
+    }
+}
+
+impl std::fmt::Display for HandlerError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HandlerError::Fail(m) => write!(f, "failed: {m}"),
+            HandlerError::Retry(m) => write!(f, "retry: {m}"),
+            HandlerError::RetryAfter(d, m) => write!(f, "retry after {d:?}: {m}"),
+        }
+    }
+}
+
+impl std::error::Error for HandlerError {}

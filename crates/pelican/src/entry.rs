@@ -1,0 +1,147 @@
+//! Stream entries as Redis returns them, and the request they carry.
+
+use redis::Value;
+
+/// One stream entry: its id and its raw field/value pairs.
+#[derive(Debug, Clone)]
+pub(crate) struct RawEntry {
+    pub(crate) id: String,
+    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+}
+
+impl RawEntry {
+    pub(crate) fn get(&self, name: &str) -> Option<&[u8]> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name.as_bytes())
+            .map(|(_, v)| v.as_slice())
+    }
+
+    pub(crate) fn get_str(&self, name: &str) -> Option<&str> {
+        self.get(name).and_then(|v| std::str::from_utf8(v).ok())
+    }
+}
+
+pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
+    match v {
+        Value::BulkString(b) => Some(b),
+        Value::SimpleString(s) => Some(s.as_bytes()),
+        _ => None,
+    }
+}
+
+pub(crate) fn string(v: &Value) -> Option<String> {
+    match v {
+        Value::Int(i) => Some(i.to_string()),
+        _ => bytes(v).map(|b| String::from_utf8_lossy(b).into_owned()),
+    }
+}
+
+pub(crate) fn int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        _ => bytes(v).and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()),
+    }
+}
+
+pub(crate) fn array(v: &Value) -> &[Value] {
+    match v {
+        Value::Array(a) | Value::Set(a) => a,
+        _ => &[],
+    }
+}
+
+/// Parses `[[id, [field, value, ...]], ...]` (XRANGE, XCLAIM, one stream of XREAD).
+/// Entries without fields (deleted while pending) come back with no fields.
+pub(crate) fn parse_entries(v: &Value) -> Vec<RawEntry> {
+    array(v)
+        .iter()
+        .filter_map(|e| {
+            let parts = array(e);
+            let id = string(parts.first()?)?;
+            let flat = parts.get(1).map(array).unwrap_or(&[]);
+            let fields = flat
+                .chunks(2)
+                .filter_map(|kv| match kv {
+                    [k, v] => Some((bytes(k)?.to_vec(), bytes(v)?.to_vec())),
+                    _ => None,
+                })
+                .collect();
+            Some(RawEntry { id, fields })
+        })
+        .collect()
+}
+
+/// Parses an XREAD/XREADGROUP reply for one stream (nil when the block timed out).
+pub(crate) fn parse_read(v: &Value) -> Vec<RawEntry> {
+    match v {
+        Value::Nil => Vec::new(),
+        Value::Map(m) => m
+            .iter()
+            .flat_map(|(_, entries)| parse_entries(entries))
+            .collect(),
+        _ => array(v)
+            .iter()
+            .flat_map(|s| array(s).get(1).map(parse_entries).unwrap_or_default())
+            .collect(),
+    }
+}
+
+/// The request an entry carries, checked.
+#[derive(Debug, Clone)]
+pub(crate) struct Request {
+    pub(crate) id: String,
+    pub(crate) rid: String,
+    pub(crate) from: String,
+    pub(crate) indexed: bool,
+    pub(crate) deadline_ms: u64,
+    pub(crate) submitted_ms: u64,
+    pub(crate) body: Vec<u8>,
+}
+
+impl Request {
+    /// The request, or the reason the entry must be dead-lettered.
+    pub(crate) fn from_entry(e: RawEntry, max_body: usize) -> Result<Request, String> {
+        let rid = e
+            .get_str("rid")
+            .filter(|r| !r.is_empty())
+            .ok_or("entry has no valid 'rid' field")?
+            .to_string();
+        let from = e.get_str("from").unwrap_or("").to_string();
+        let indexed = e.get("index") == Some(b"1");
+        let deadline_ms = e
+            .get_str("deadline")
+            .and_then(|d| d.parse::<u64>().ok())
+            .ok_or("entry has no valid 'deadline' field (milliseconds since the epoch)")?;
+        let submitted_ms = e
+            .get_str("at")
+            .and_then(|d| d.parse::<u64>().ok())
+            .unwrap_or(0);
+        let body_len = e.get("body").map(<[u8]>::len);
+        match body_len {
+            None => return Err("entry has no 'body' field".to_string()),
+            Some(n) if n > max_body => {
+                return Err(format!(
+                    "body of {n} bytes exceeds max_body_bytes {max_body}"
+                ))
+            }
+            _ => {}
+        }
+        let id = e.id.clone();
+        let body = e
+            .fields
+            .into_iter()
+            .find(|(k, _)| k == b"body")
+            .map(|(_, v)| v)
+            .unwrap_or_default();
+        Ok(Request {
+            id,
+            rid,
+            from,
+            indexed,
+            deadline_ms,
+            submitted_ms,
+            body,
+        })
+    }
+}

@@ -1,0 +1,73 @@
+//! # pelican
+//!
+//! Request/response work queues on Redis Streams. Many producers and many consumers
+//! share a queue; a producer submits a typed request and awaits its typed response.
+//!
+//! - **Dedup**: identical requests in flight are solved once, whoever submitted them,
+//!   and every submitter gets the answer; a repeat within `result_ttl` is answered
+//!   from the cache.
+//! - **Recovery**: work held by a consumer that dies is taken over by another after
+//!   `claim_idle` (XPENDING + XCLAIM, no heartbeat keys); live consumers renew their
+//!   leases, owner-checked.
+//! - **Dead letters**: a request delivered `max_deliveries` times without an outcome,
+//!   or one that cannot be decoded, goes to a dead-letter stream with its reason, and
+//!   its callers get [`ErrorKind::Dead`].
+//! - **Pushed results**: outcomes are pushed to each producer's reply stream; nobody
+//!   polls.
+//!
+//! ```no_run
+//! use pelican::{Consumer, ConsumerConfig, Producer, ProducerConfig, QueueConfig};
+//! use serde::{Deserialize, Serialize};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Square { n: u64 }
+//!
+//! # async fn example() -> pelican::Result<()> {
+//! let queue = QueueConfig::new("redis://127.0.0.1:6379", "squares");
+//!
+//! let consumer = Consumer::<Square, u64>::connect(queue.clone(), ConsumerConfig::default()).await?;
+//! let stop = consumer.stopper();
+//! let worker = tokio::spawn(consumer.serve(8, |req: Square, _job| async move { Ok(req.n * req.n) }));
+//!
+//! let producer = Producer::<Square, u64>::connect(queue, ProducerConfig::default()).await?;
+//! assert_eq!(producer.call(&Square { n: 12 }).await?, 144);
+//!
+//! stop.stop();
+//! worker.await.expect("worker task")?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Layout
+//! - [`config`]: where a queue lives and how producers and consumers behave.
+//! - `producer`: [`Producer`], [`Ticket`]; `consumer`: [`Consumer`], [`Stopper`];
+//!   `delivery`: [`Delivery`], [`Job`], [`HandlerError`].
+//! - [`admin`]: look inside a queue (stats, dead letters), requeue and purge.
+//! - `error`: [`Error`], [`ErrorKind`]; `codec`: [`Codec`], [`Json`].
+//! - `keys`, `scripts` (and `lua/*.lua`), `entry`, `outcome`: the protocol, described
+//!   in `docs/PROTOCOL.md`.
+
+#![warn(missing_docs)]
+
+pub mod admin;
+mod codec;
+pub mod config;
+mod consumer;
+mod delivery;
+mod entry;
+mod error;
+mod ids;
+mod keys;
+mod metrics;
+mod outcome;
+mod producer;
+mod scripts;
+mod shared;
+mod task;
+
+pub use codec::{Codec, CodecError, Json};
+pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
+pub use consumer::{Consumer, Stopper};
+pub use delivery::{Delivery, HandlerError, Job};
+pub use error::{Error, ErrorKind, Result};
+pub use producer::{Producer, Submitted, Ticket};
+pub use shared::JanitorReport;
