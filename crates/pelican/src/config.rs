@@ -157,7 +157,9 @@ impl QueueConfig {
         positive("janitor_interval", self.janitor_interval)?;
         positive("command_timeout", self.command_timeout)?;
         if self.reply_maxlen == 0 || self.dead_maxlen == 0 {
-            return Err(Error::config("reply_maxlen and dead_maxlen must be at least 1"));
+            return Err(Error::config(
+                "reply_maxlen and dead_maxlen must be at least 1",
+            ));
         }
         validate_url(&self.url)?;
         Ok(())

@@ -52,21 +52,27 @@ struct Held {
 }
 
 pub(crate) enum WriteJob {
-    Complete {
-        sid: String,
-        rid: String,
-        from: String,
-        indexed: bool,
-        label: &'static str,
-        outcome: Vec<u8>,
-        ack: Option<oneshot::Sender<Result<bool>>>,
-    },
-    Release {
-        sid: String,
-        idle_ms: u64,
-        ack: Option<oneshot::Sender<Result<()>>>,
-    },
+    Complete(Completion),
+    Release(Release),
     Flush(oneshot::Sender<()>),
+}
+
+/// An outcome to record for one entry.
+pub(crate) struct Completion {
+    pub(crate) sid: String,
+    pub(crate) rid: String,
+    pub(crate) from: String,
+    pub(crate) indexed: bool,
+    pub(crate) label: &'static str,
+    pub(crate) outcome: Vec<u8>,
+    pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
+}
+
+/// An entry to hand back, reclaimable once its idle time reaches claim_idle.
+pub(crate) struct Release {
+    pub(crate) sid: String,
+    pub(crate) idle_ms: u64,
+    pub(crate) ack: Option<oneshot::Sender<Result<()>>>,
 }
 
 impl CInner {
@@ -75,11 +81,17 @@ impl CInner {
             // The writer is gone (consumer dropped): the entry stays pending and is
             // reclaimed after claim_idle.
             match job {
-                WriteJob::Complete { ack: Some(a), .. } => {
-                    let _ = a.send(Err(Error::new(ErrorKind::Shutdown, "the consumer is shut down")));
+                WriteJob::Complete(Completion { ack: Some(a), .. }) => {
+                    let _ = a.send(Err(Error::new(
+                        ErrorKind::Shutdown,
+                        "the consumer is shut down",
+                    )));
                 }
-                WriteJob::Release { ack: Some(a), .. } => {
-                    let _ = a.send(Err(Error::new(ErrorKind::Shutdown, "the consumer is shut down")));
+                WriteJob::Release(Release { ack: Some(a), .. }) => {
+                    let _ = a.send(Err(Error::new(
+                        ErrorKind::Shutdown,
+                        "the consumer is shut down",
+                    )));
                 }
                 _ => {}
             }
@@ -165,7 +177,9 @@ where
                 p = limit.clone().acquire_owned() => p.expect("never closed"),
                 _ = self.inner.stop.cancelled() => break,
             };
-            let Some(mut d) = self.next().await else { break };
+            let Some(mut d) = self.next().await else {
+                break;
+            };
             let handler = handler.clone();
             running.spawn(async move {
                 let req = d.take_request();
@@ -314,7 +328,8 @@ where
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "reclaim failed");
-                    next_reclaim = Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
+                    next_reclaim =
+                        Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
                 }
             }
             if permits.is_empty() {
@@ -387,7 +402,11 @@ async fn wait_or_stop(inner: &CInner, d: Duration) {
 }
 
 /// One reclaim call: the next cursor and the entries taken over, with delivery counts.
-async fn reclaim(inner: &CInner, cursor: &str, count: usize) -> Result<(String, Vec<(RawEntry, u32)>)> {
+async fn reclaim(
+    inner: &CInner,
+    cursor: &str,
+    count: usize,
+) -> Result<(String, Vec<(RawEntry, u32)>)> {
     let sh = &inner.shared;
     let cfg = &inner.config;
     let v: Value = sh
@@ -411,7 +430,10 @@ async fn reclaim(inner: &CInner, cursor: &str, count: usize) -> Result<(String, 
         .await
         .map_err(|e| Error::redis("reclaiming idle entries", e))?;
     let parts = entry::array(&v);
-    let next = parts.first().and_then(entry::string).unwrap_or_else(|| "-".into());
+    let next = parts
+        .first()
+        .and_then(entry::string)
+        .unwrap_or_else(|| "-".into());
     let claimed = parts.get(1).map(parse_entries).unwrap_or_default();
     let counts: HashMap<String, u32> = parts
         .get(2)
@@ -422,7 +444,10 @@ async fn reclaim(inner: &CInner, cursor: &str, count: usize) -> Result<(String, 
         .collect();
     let dead = parts.get(3).and_then(entry::int).unwrap_or(0);
     if dead > 0 {
-        tracing::warn!(n = dead, "dead-lettered entries that reached max_deliveries");
+        tracing::warn!(
+            n = dead,
+            "dead-lettered entries that reached max_deliveries"
+        );
         metrics::dead_lettered(&sh.queue.name, dead as u64);
     }
     let claimed = claimed
@@ -453,15 +478,16 @@ async fn deliver<Req, Resp, C>(
         Err(reason) => return reject(inner, &sid, &reason, deliveries).await,
     };
     if req.deadline_ms < now_ms() {
-        inner.send(WriteJob::Complete {
+        inner.send(WriteJob::Complete(Completion {
             sid: req.id,
             rid: req.rid,
             from: req.from,
             indexed: req.indexed,
             label: "expired",
-            outcome: Outcome::Expired("deadline passed before a consumer started it".into()).encode(),
+            outcome: Outcome::Expired("deadline passed before a consumer started it".into())
+                .encode(),
             ack: None,
-        });
+        }));
         return;
     }
     let value = match C::decode::<Req>(&req.body) {
@@ -526,7 +552,9 @@ async fn reject(inner: &CInner, sid: &str, reason: &str, deliveries: u32) {
     match r {
         Ok(1) => metrics::dead_lettered(&sh.queue.name, 1),
         Ok(_) => {}
-        Err(e) => tracing::warn!(error = %e, entry = sid, "could not dead-letter; it will be reclaimed and tried again"),
+        Err(e) => {
+            tracing::warn!(error = %e, entry = sid, "could not dead-letter; it will be reclaimed and tried again")
+        }
     }
 }
 
@@ -542,15 +570,13 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
                 Err(_) => break,
             }
         }
-        let mut completes = Vec::new();
-        let mut releases: Vec<(String, u64, Option<oneshot::Sender<Result<()>>>)> = Vec::new();
+        let mut completes: Vec<Completion> = Vec::new();
+        let mut releases: Vec<Release> = Vec::new();
         let mut flushes = Vec::new();
         for j in jobs {
             match j {
-                WriteJob::Complete { sid, rid, from, indexed, label, outcome, ack } => {
-                    completes.push((sid, rid, from, indexed, label, outcome, ack))
-                }
-                WriteJob::Release { sid, idle_ms, ack } => releases.push((sid, idle_ms, ack)),
+                WriteJob::Complete(c) => completes.push(c),
+                WriteJob::Release(r) => releases.push(r),
                 WriteJob::Flush(tx) => flushes.push(tx),
             }
         }
@@ -561,7 +587,7 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
             let result = loop {
                 match write_completions(&inner, &completes).await {
                     Ok(r) => break Ok(r),
-                    Err(e) if Instant::now() < give_up && !inner.writer_tx.is_closed() => {
+                    Err(e) if Instant::now() < give_up && !inner.stop.is_cancelled() => {
                         tracing::warn!(error = %e, "writing outcomes failed; retrying");
                         tokio::time::sleep(backoff.next()).await;
                     }
@@ -569,30 +595,31 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
                 }
             };
             backoff.reset();
+            let queue = &inner.shared.queue.name;
             let mut held = inner.held.lock().unwrap();
-            for (i, (sid, _, _, _, label, _, ack)) in completes.into_iter().enumerate() {
-                held.remove(&sid);
+            for (i, c) in completes.into_iter().enumerate() {
+                held.remove(&c.sid);
                 let r = match &result {
                     Ok(flags) => {
                         let recorded = flags.get(i).copied().unwrap_or(false);
                         if recorded {
-                            metrics::completed(&inner.shared.queue.name, label, 1);
+                            metrics::completed(queue, c.label, 1);
                         } else {
-                            metrics::duplicate_dropped(&inner.shared.queue.name, 1);
+                            metrics::duplicate_dropped(queue, 1);
                         }
                         Ok(recorded)
                     }
                     Err(e) => Err(e.clone()),
                 };
-                if let Some(a) = ack {
+                if let Some(a) = c.ack {
                     let _ = a.send(r);
                 }
             }
         }
         if !releases.is_empty() {
             let mut by_idle: HashMap<u64, Vec<String>> = HashMap::new();
-            for (sid, idle, _) in &releases {
-                by_idle.entry(*idle).or_default().push(sid.clone());
+            for r in &releases {
+                by_idle.entry(r.idle_ms).or_default().push(r.sid.clone());
             }
             let mut result = Ok(());
             for (idle, sids) in by_idle {
@@ -602,9 +629,9 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
                 }
             }
             let mut held = inner.held.lock().unwrap();
-            for (sid, _, ack) in releases {
-                held.remove(&sid);
-                if let Some(a) = ack {
+            for r in releases {
+                held.remove(&r.sid);
+                if let Some(a) = r.ack {
                     let _ = a.send(result.clone());
                 }
             }
@@ -615,8 +642,6 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
     }
 }
 
-type Completion = (String, String, String, bool, &'static str, Vec<u8>, Option<oneshot::Sender<Result<bool>>>);
-
 async fn write_completions(inner: &CInner, jobs: &[Completion]) -> Result<Vec<bool>> {
     let sh = &inner.shared;
     let mut inv = sh.scripts.complete.prepare_invoke();
@@ -626,12 +651,12 @@ async fn write_completions(inner: &CInner, jobs: &[Completion]) -> Result<Vec<bo
         .arg(&sh.keys.group)
         .arg(ms(sh.queue.result_ttl))
         .arg(sh.queue.reply_maxlen);
-    for (sid, rid, from, indexed, _, outcome, _) in jobs {
-        inv.arg(sid)
-            .arg(rid)
-            .arg(from)
-            .arg(if *indexed { "1" } else { "0" })
-            .arg(outcome.as_slice());
+    for c in jobs {
+        inv.arg(&c.sid)
+            .arg(&c.rid)
+            .arg(&c.from)
+            .arg(if c.indexed { "1" } else { "0" })
+            .arg(c.outcome.as_slice());
     }
     let flags: Vec<i64> = inv
         .invoke_async(&mut sh.conn())
@@ -693,7 +718,9 @@ async fn renew(inner: &CInner) -> Result<()> {
     }
     let sh = &inner.shared;
     let mut inv = sh.scripts.renew.prepare_invoke();
-    inv.key(&sh.keys.stream).arg(&sh.keys.group).arg(&inner.name);
+    inv.key(&sh.keys.stream)
+        .arg(&sh.keys.group)
+        .arg(&inner.name);
     for id in &ids {
         inv.arg(id);
     }

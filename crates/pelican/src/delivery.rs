@@ -1,7 +1,7 @@
 //! One request in a consumer's hands.
 
 use crate::codec::{Codec, Json};
-use crate::consumer::{CInner, WriteJob};
+use crate::consumer::{CInner, Completion, Release, WriteJob};
 use crate::error::{Error, ErrorKind, Result};
 use crate::outcome::Outcome;
 use crate::shared::ms;
@@ -108,12 +108,20 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         let (outcome, err) = match C::encode(resp) {
             Err(e) => {
                 let err = Error::codec("encoding the response", e);
-                let o = Outcome::Remote(format!("the handler's response could not be encoded: {err}"));
+                let o = Outcome::Remote(format!(
+                    "the handler's response could not be encoded: {err}"
+                ));
                 (o, Some(err))
             }
             Ok(body) if body.len() > max => {
-                let msg = format!("the response body is {} bytes; max_body_bytes is {max}", body.len());
-                (Outcome::Remote(msg.clone()), Some(Error::new(ErrorKind::TooLarge, msg)))
+                let msg = format!(
+                    "the response body is {} bytes; max_body_bytes is {max}",
+                    body.len()
+                );
+                (
+                    Outcome::Remote(msg.clone()),
+                    Some(Error::new(ErrorKind::TooLarge, msg)),
+                )
             }
             Ok(body) => (Outcome::Ok(body), None),
         };
@@ -144,11 +152,11 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         self.answered = true;
         let idle = self.inner.config.claim_idle.saturating_sub(delay);
         let (tx, rx) = oneshot::channel();
-        self.inner.send(WriteJob::Release {
+        self.inner.send(WriteJob::Release(Release {
             sid: self.job.sid.clone(),
             idle_ms: ms(idle),
             ack: Some(tx),
-        });
+        }));
         self.permit.take();
         rx.await
             .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?
@@ -158,7 +166,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         self.answered = true;
         crate::metrics::handler_duration(&self.inner.shared.queue.name, self.received.elapsed());
         let (tx, rx) = oneshot::channel();
-        self.inner.send(WriteJob::Complete {
+        self.inner.send(WriteJob::Complete(Completion {
             sid: self.job.sid.clone(),
             rid: self.job.rid.clone(),
             from: self.job.from.clone(),
@@ -166,7 +174,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             label: outcome.label(),
             outcome: outcome.encode(),
             ack: Some(tx),
-        });
+        }));
         // The slot is free as soon as the answer is handed over.
         self.permit.take();
         rx.await
@@ -177,11 +185,11 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
 impl<Req, Resp, C: Codec> Drop for Delivery<Req, Resp, C> {
     fn drop(&mut self) {
         if !self.answered {
-            self.inner.send(WriteJob::Release {
+            self.inner.send(WriteJob::Release(Release {
                 sid: self.job.sid.clone(),
                 idle_ms: ms(self.inner.config.claim_idle),
                 ack: None,
-            });
+            }));
         }
     }
 }

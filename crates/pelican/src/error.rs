@@ -81,7 +81,10 @@ impl Error {
         Error::new(ErrorKind::Redis, format!("{context}: {err}")).with_source(err)
     }
 
-    pub(crate) fn codec(context: &str, err: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub(crate) fn codec(
+        context: &str,
+        err: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
         Error::new(ErrorKind::Codec, format!("{context}: {err}")).with_source(err)
     }
 

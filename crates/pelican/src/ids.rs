@@ -25,11 +25,7 @@ pub(crate) fn consumer_name() -> String {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty() && h.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
         .unwrap_or_else(|| "host".to_string());
-    format!(
-        "{host}-{}-{:08x}",
-        std::process::id(),
-        random_u64() as u32
-    )
+    format!("{host}-{}-{:08x}", std::process::id(), random_u64() as u32)
 }
 
 fn random_u64() -> u64 {

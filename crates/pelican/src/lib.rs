@@ -64,6 +64,7 @@ mod scripts;
 mod shared;
 mod task;
 
+pub use admin::Admin;
 pub use codec::{Codec, CodecError, Json};
 pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};

@@ -441,8 +441,7 @@ impl<Resp: DeserializeOwned, C: Codec> Future for Ticket<Resp, C> {
                     ErrorKind::Timeout,
                     format!(
                         "request {} got no outcome within {:?}",
-                        this.rid,
-                        this.guard.inner.config.request_timeout
+                        this.rid, this.guard.inner.config.request_timeout
                     ),
                 )))
             }
@@ -552,7 +551,10 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
         .query_async(&mut sh.conn())
         .await
         .map_err(|e| Error::redis("submitting requests", e))?;
-    Ok(ids.into_iter().map(|id| format!("+{id}").into_bytes()).collect())
+    Ok(ids
+        .into_iter()
+        .map(|id| format!("+{id}").into_bytes())
+        .collect())
 }
 
 fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
@@ -583,7 +585,10 @@ fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
                         None => {
                             let e = Error::new(
                                 ErrorKind::Redis,
-                                format!("unexpected answer from the submit script: {:?}", String::from_utf8_lossy(&a)),
+                                format!(
+                                    "unexpected answer from the submit script: {:?}",
+                                    String::from_utf8_lossy(&a)
+                                ),
                             );
                             inner.resolve(&job.rid, Err(e.clone()));
                             if let Some(ack) = job.ack.take() {
@@ -823,7 +828,10 @@ fn resubmit(inner: &Inner, rid: &str) {
             ack: None,
         }
     };
-    tracing::info!(rid, "request unknown to Redis (lost in a restart?); submitting it again");
+    tracing::info!(
+        rid,
+        "request unknown to Redis (lost in a restart?); submitting it again"
+    );
     let _ = inner.submit_tx.send(job);
 }
 

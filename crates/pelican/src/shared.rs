@@ -33,6 +33,13 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) async fn connect(queue: &QueueConfig) -> Result<Arc<Shared>> {
+        let shared = Shared::connect_only(queue).await?;
+        shared.ensure_group().await?;
+        Ok(shared)
+    }
+
+    /// Connects without creating anything in Redis (for read-only tools).
+    pub(crate) async fn connect_only(queue: &QueueConfig) -> Result<Arc<Shared>> {
         queue.validate()?;
         let client = validate_url(&queue.url)?;
         let cfg = ConnectionManagerConfig::new()
@@ -58,7 +65,6 @@ impl Shared {
             conn,
             scripts: Scripts::new(),
         });
-        shared.ensure_group().await?;
         Ok(shared)
     }
 
@@ -87,7 +93,10 @@ impl Shared {
     /// A connection of its own for one blocking reader: a blocked read would hold up
     /// every other command on a shared connection, and the response timeout must
     /// outlast the block or the client gives up while the server still delivers.
-    pub(crate) async fn blocking_connection(&self, block: Duration) -> Result<MultiplexedConnection> {
+    pub(crate) async fn blocking_connection(
+        &self,
+        block: Duration,
+    ) -> Result<MultiplexedConnection> {
         let cfg = AsyncConnectionConfig::new()
             .set_response_timeout(Some(block + self.queue.command_timeout))
             .set_connection_timeout(Some(Duration::from_secs(5)));
