@@ -7,15 +7,23 @@
 -- XACK is the gate: it answers 1 only for the first acknowledgement of a pending entry.
 local stream, reqp, replyp = KEYS[1], KEYS[2], KEYS[3]
 local group, ttl, maxlen = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local out = {}
+local out, won = {}, {}
 for i = 4, #ARGV, 5 do
-  local sid, rid, from, indexed, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  if redis.call('XACK', stream, group, sid) == 1 then
-    redis.call('XDEL', stream, sid)
-    finish(reqp, replyp, rid, sid, from, indexed, outcome, ttl, maxlen)
+  if redis.call('XACK', stream, group, ARGV[i]) == 1 then
     out[#out + 1] = 1
+    won[#won + 1] = i
   else
     out[#out + 1] = 0
   end
 end
+-- one XDEL for the whole batch
+for j = 1, #won, 500 do
+  local ids = {}
+  for k = j, math.min(j + 499, #won) do ids[#ids + 1] = ARGV[won[k]] end
+  redis.call('XDEL', stream, unpack(ids))
+end
+for _, i in ipairs(won) do
+  finish(reqp, replyp, ARGV[i + 1], ARGV[i], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ttl, maxlen)
+end
+flush_replies(replyp, maxlen)
 return out

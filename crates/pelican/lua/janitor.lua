@@ -54,6 +54,8 @@ for _, e in ipairs(entries) do
   end
 end
 
+flush_replies(replyp, maxlen)
+
 -- 3. consumers that are gone
 local removed = 0
 for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do

@@ -8,7 +8,11 @@
 --   outcome      a tag byte then a payload: "O"<response body> | "E"<message of a
 --                remote error> | "D"<dead-letter reason> | "X"<expiry note> |
 --                "C"<cancellation note>.
---   reply entry  on "replyp" .. producer: rid <rid> out <outcome>.
+--   reply entry  on "replyp" .. producer: one or more pairs <rid> <outcome>; a script
+--                pushes ONE entry per producer for all the outcomes it produced.
+
+-- Outcomes to push, by producer: a flat list rid, outcome, rid, outcome, ...
+local replies = {}
 
 -- Fields of a stream entry (a flat array) as a table name -> value, first wins.
 local function fields_map(flat)
@@ -30,38 +34,57 @@ local function pending_waiters(v)
   return out
 end
 
--- Resolves request `rid` (held by stream entry `sid`) with `outcome`: stores the
--- outcome for `ttl` ms and pushes it to the reply stream of every waiting
--- producer. Only the request key that still points at `sid` is touched, so a
--- late outcome of an older entry cannot clobber a newer request with the same rid.
+-- Resolves request `rid` (held by stream entry `sid`) with `outcome` and queues it for
+-- every waiting producer (sent by `flush_replies`, which every script calls last).
+-- Callers have won the XACK gate for `sid` already, so this is the request's one outcome.
+-- Indexed requests (dedup on): the outcome replaces the pending value in ONE command,
+-- SET ... GET, so the waiter list read is exactly the one replaced; a producer joining
+-- a moment earlier is in it, one joining a moment later finds the outcome. ttl 0 deletes
+-- the key instead (GETDEL). Requests without an index have one waiter, `from`, and no
+-- stored outcome.
 -- Returns the number of producers told.
 local function finish(reqp, replyp, rid, sid, from, indexed, outcome, ttl, maxlen)
-  local waiters = {}
   if rid == nil or rid == '' then return 0 end
-  local key = reqp .. rid
+  local waiters = {}
   if indexed == '1' then
-    local v = redis.call('GET', key)
-    local head = 'P' .. sid .. ';'
-    if v and string.sub(v, 1, #head) == head then
-      waiters = pending_waiters(v)
-      if ttl > 0 then
-        redis.call('SET', key, outcome, 'PX', ttl)
-      else
-        redis.call('DEL', key)
-      end
-    elseif not v and from and from ~= '' then
+    local key = reqp .. rid
+    local old
+    if ttl > 0 then
+      old = redis.call('SET', key, outcome, 'PX', ttl, 'GET')
+    else
+      old = redis.call('GETDEL', key)
+    end
+    if old and string.sub(old, 1, 1) == 'P' then
+      waiters = pending_waiters(old)
+    elseif not old and from and from ~= '' then
       -- the index expired before the work was done; its submitter may still wait
       waiters[1] = from
     end
-  else
-    if from and from ~= '' then waiters[1] = from end
-    if ttl > 0 then redis.call('SET', key, outcome, 'PX', ttl) end
+  elseif from and from ~= '' then
+    waiters[1] = from
   end
   for _, w in ipairs(waiters) do
-    -- NOMKSTREAM: a producer whose reply stream expired is gone; do not recreate it.
-    redis.call('XADD', replyp .. w, 'NOMKSTREAM', 'MAXLEN', '~', maxlen, '*', 'rid', rid, 'out', outcome)
+    local flat = replies[w]
+    if not flat then
+      flat = {}
+      replies[w] = flat
+    end
+    flat[#flat + 1] = rid
+    flat[#flat + 1] = outcome
   end
   return #waiters
+end
+
+-- Pushes the outcomes collected by `finish`: one XADD per producer, not per outcome.
+-- NOMKSTREAM: a producer whose reply stream expired is gone; do not recreate it.
+local function flush_replies(replyp, maxlen)
+  for w, flat in pairs(replies) do
+    for i = 1, #flat, 400 do
+      redis.call('XADD', replyp .. w, 'NOMKSTREAM', 'MAXLEN', '~', maxlen, '*',
+        unpack(flat, i, math.min(i + 399, #flat)))
+    end
+  end
+  replies = {}
 end
 
 -- Moves stream entry `sid` (fields `flat`) to the dead-letter stream with

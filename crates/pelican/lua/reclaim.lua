@@ -36,6 +36,7 @@ local claimed = {}
 if #claim > 0 then
   claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, unpack(claim))
 end
+flush_replies(replyp, maxlen)
 local next_cursor = '-'
 if #pend >= count then next_cursor = '(' .. pend[#pend][1] end
 return { next_cursor, claimed, counts, ndead }

@@ -13,4 +13,5 @@ local r = redis.call('XRANGE', stream, sid, sid)
 local flat = nil
 if r[1] then flat = r[1][2] end
 bury(stream, dead, reqp, replyp, group, sid, flat, reason, deliveries, consumer, now, ttl, maxlen, dead_maxlen)
+flush_replies(replyp, maxlen)
 return 1

@@ -42,4 +42,5 @@ for i = 7, #ARGV, 3 do
     out[#out + 1] = '+' .. sid
   end
 end
+flush_replies(replyp, maxlen)
 return out

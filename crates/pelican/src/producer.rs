@@ -342,6 +342,20 @@ impl Inner {
         }
     }
 
+    /// Resolves from a reply-stream pair, if this producer waits on that request.
+    fn resolve_raw(&self, rid: &[u8], out: &[u8]) {
+        let Ok(rid) = std::str::from_utf8(rid) else {
+            return;
+        };
+        if !self.state.lock().unwrap().pending.contains_key(rid) {
+            return;
+        }
+        match Outcome::decode(out) {
+            Some(o) => self.resolve(rid, Ok(o)),
+            None => tracing::warn!(rid, "ignoring a malformed reply"),
+        }
+    }
+
     /// A waiter gave up (timed out or dropped its ticket). The last one to leave
     /// withdraws the request.
     fn drop_waiter(&self, rid: &str, token: u64) {
@@ -457,8 +471,8 @@ async fn create_reply_stream(shared: &Shared, key: &str, ttl: Duration) -> Resul
         .arg("MAXLEN")
         .arg(0)
         .arg("*")
-        .arg("hello")
-        .arg(1)
+        .arg("pelican")
+        .arg("reply stream created")
         .cmd("PEXPIRE")
         .arg(key)
         .arg(ms(ttl))
@@ -683,12 +697,11 @@ async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: String) {
                     let entries = parse_read(&v);
                     for e in &entries {
                         last_id.clone_from(&e.id);
-                        let (Some(rid), Some(out)) = (e.get_str("rid"), e.get("out")) else {
-                            continue;
-                        };
-                        match Outcome::decode(out) {
-                            Some(o) => inner.resolve(rid, Ok(o)),
-                            None => tracing::warn!(rid, "ignoring a malformed reply entry"),
+                        // One entry carries one or more (rid, outcome) pairs. Pairs for
+                        // requests this producer does not wait on are ignored (late,
+                        // duplicate or forged).
+                        for (rid, out) in &e.fields {
+                            inner.resolve_raw(rid, out);
                         }
                     }
                     if !entries.is_empty() {
@@ -784,7 +797,8 @@ async fn sweep(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
         let st = inner.state.lock().unwrap();
         st.pending
             .iter()
-            .filter(|(_, p)| p.queued && p.started.elapsed() >= min_age)
+            // Without an index no outcome is stored: nothing to look up.
+            .filter(|(_, p)| p.indexed && p.queued && p.started.elapsed() >= min_age)
             .map(|(rid, p)| (rid.clone(), p.indexed, p.deadline_ms > now_ms()))
             .collect()
     };

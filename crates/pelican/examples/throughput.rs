@@ -1,0 +1,78 @@
+//! A quick throughput probe: `throughput worker URL QUEUE` in one process,
+//! `throughput producer URL QUEUE N INFLIGHT [nodedup]` in another.
+//! (`pelican bench` is the real benchmark; this is for profiling the library alone.)
+
+use pelican::{Consumer, ConsumerConfig, Producer, ProducerConfig, QueueConfig};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+use std::time::Instant;
+
+#[derive(Serialize, Deserialize)]
+struct Req {
+    i: u64,
+    data: String,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Resp {
+    i: u64,
+    ok: bool,
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() -> pelican::Result<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let q = QueueConfig::new(args[2].clone(), args[3].clone());
+    match args[1].as_str() {
+        "worker" => {
+            let c = Consumer::<Req, Resp>::connect(
+                q,
+                ConsumerConfig::default().with_prefetch(
+                    std::env::var("PREFETCH")
+                        .ok()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(64),
+                ),
+            )
+            .await?;
+            c.serve(64, |r: Req, _| async move { Ok(Resp { i: r.i, ok: true }) })
+                .await
+        }
+        _ => {
+            let n: u64 = args[4].parse().unwrap();
+            let inflight: u64 = args[5].parse().unwrap();
+            let dedup = args.get(6).map(|s| s != "nodedup").unwrap_or(true);
+            let p = Producer::<Req, Resp>::connect(q, ProducerConfig::default().with_dedup(dedup))
+                .await?;
+            let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let t0 = Instant::now();
+            let mut lanes = Vec::new();
+            for _ in 0..inflight {
+                let p = p.clone();
+                let next = next.clone();
+                lanes.push(tokio::spawn(async move {
+                    loop {
+                        let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if i >= n {
+                            return;
+                        }
+                        let r = p
+                            .call(&Req {
+                                i,
+                                data: "x".repeat(64),
+                            })
+                            .await
+                            .expect("call");
+                        assert!(r.ok && r.i == i);
+                    }
+                }));
+            }
+            for l in lanes {
+                l.await.unwrap();
+            }
+            let secs = t0.elapsed().as_secs_f64();
+            println!("{n} requests in {secs:.3}s = {:.0} req/s", n as f64 / secs);
+            Ok(())
+        }
+    }
+}
