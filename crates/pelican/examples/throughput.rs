@@ -38,6 +38,25 @@ async fn main() -> pelican::Result<()> {
             c.serve(64, |r: Req, _| async move { Ok(Resp { i: r.i, ok: true }) })
                 .await
         }
+        "acks" => {
+            let p = Producer::<Req, Resp>::connect(q, ProducerConfig::default()).await?;
+            let mut v = Vec::new();
+            let mut keep = Vec::new();
+            for i in 0..2000u64 {
+                let t0 = Instant::now();
+                let t = p
+                    .submit(&Req {
+                        i,
+                        data: String::new(),
+                    })
+                    .await?;
+                v.push(t0.elapsed().as_micros());
+                keep.push(t);
+            }
+            v.sort();
+            println!("ack p50 {}us p99 {}us", v[1000], v[1980]);
+            Ok(())
+        }
         _ => {
             let n: u64 = args[4].parse().unwrap();
             let inflight: u64 = args[5].parse().unwrap();
@@ -56,13 +75,14 @@ async fn main() -> pelican::Result<()> {
                         if i >= n {
                             return;
                         }
-                        let r = p
-                            .call(&Req {
-                                i,
-                                data: "x".repeat(64),
-                            })
-                            .await
-                            .expect("call");
+                        let t0 = Instant::now();
+                        let data = "x".repeat(64);
+                        let t = p.submit(&Req { i, data }).await.expect("submit");
+                        let t1 = t0.elapsed();
+                        let r = t.await.expect("call");
+                        if inflight == 1 && i % 200 == 0 {
+                            eprintln!("ack {:?} total {:?}", t1, t0.elapsed());
+                        }
                         assert!(r.ok && r.i == i);
                     }
                 }));

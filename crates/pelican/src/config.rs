@@ -204,12 +204,20 @@ pub(crate) fn validate_url(url: &str) -> Result<redis::Client> {
              (or rediss:// for TLS)"
         )));
     }
-    redis::Client::open(url).map_err(|e| {
+    use redis::IntoConnectionInfo;
+    let bad = |e: redis::RedisError| {
         Error::config(format!(
             "invalid Redis URL {url:?}: {e}; expected redis://[user:password@]host[:port][/db]"
         ))
         .with_source(e)
-    })
+    };
+    // TCP_NODELAY: requests are small and latency-bound; Nagle's algorithm would hold
+    // a pipelined write back until the previous one is acknowledged.
+    let info = url
+        .into_connection_info()
+        .map_err(bad)?
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+    redis::Client::open(info).map_err(bad)
 }
 
 /// Checks a caller-chosen request id.

@@ -102,6 +102,9 @@ pub(crate) struct Request {
 impl Request {
     /// The request, or the reason the entry must be dead-lettered.
     pub(crate) fn from_entry(e: RawEntry, max_body: usize) -> Result<Request, String> {
+        if e.fields.is_empty() {
+            return Err("the entry has no fields (deleted from the stream while pending?)".into());
+        }
         let rid = e
             .get_str("rid")
             .filter(|r| !r.is_empty())

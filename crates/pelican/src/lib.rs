@@ -48,6 +48,11 @@
 
 #![warn(missing_docs)]
 
+/// The README's example, compiled as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct ReadmeDoctests;
+
 pub mod admin;
 mod codec;
 pub mod config;

@@ -41,15 +41,42 @@ type Resolution = std::result::Result<Outcome, Error>;
 /// is dropped or [`Producer::shutdown`] is called.
 pub struct Producer<Req, Resp, C: Codec = Json> {
     inner: Arc<Inner>,
-    _tasks: Arc<TaskSet>,
+    _owner: Arc<Owner>,
     _types: PhantomData<fn(Req) -> (Resp, C)>,
+}
+
+/// Held by every clone of a producer; when the last one goes, the background tasks stop
+/// and every request still waiting resolves with [`ErrorKind::Shutdown`] at once rather
+/// than at its timeout.
+struct Owner {
+    inner: Arc<Inner>,
+    tasks: TaskSet,
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.tasks.abort_all();
+        self.inner.closed.store(true, Ordering::SeqCst);
+        let drained: Vec<Pending> = {
+            let mut st = self.inner.state.lock().unwrap();
+            st.pending.drain().map(|(_, p)| p).collect()
+        };
+        for p in drained {
+            for (_, w) in p.waiters {
+                let _ = w.send(Err(Error::new(
+                    ErrorKind::Shutdown,
+                    "the producer was dropped before the request was solved",
+                )));
+            }
+        }
+    }
 }
 
 impl<Req, Resp, C: Codec> Clone for Producer<Req, Resp, C> {
     fn clone(&self) -> Self {
         Producer {
             inner: self.inner.clone(),
-            _tasks: self._tasks.clone(),
+            _owner: self._owner.clone(),
             _types: PhantomData,
         }
     }
@@ -151,8 +178,11 @@ where
         tasks.spawn(maintenance(Arc::downgrade(&inner)));
         tracing::debug!(queue = %inner.shared.queue.name, producer = %inner.id, "producer started");
         Ok(Producer {
+            _owner: Arc::new(Owner {
+                inner: inner.clone(),
+                tasks,
+            }),
             inner,
-            _tasks: Arc::new(tasks),
             _types: PhantomData,
         })
     }
