@@ -78,6 +78,9 @@ pub struct QueueConfig {
     /// Cap on unread entries of a reply stream (older ones are trimmed; the producer's
     /// sweep still finds their outcomes). Default 100,000.
     pub reply_maxlen: usize,
+    /// For `rediss://` URLs: the PEM certificate(s) of the CA to trust instead of the
+    /// system's roots (a private CA). Default none. Needs the `tls` feature.
+    pub tls_root_ca_pem: Option<Vec<u8>>,
 }
 
 impl QueueConfig {
@@ -94,6 +97,7 @@ impl QueueConfig {
             consumer_gc_after: DEFAULT_CONSUMER_GC_AFTER,
             dead_maxlen: DEFAULT_DEAD_MAXLEN,
             reply_maxlen: DEFAULT_REPLY_MAXLEN,
+            tls_root_ca_pem: None,
         }
     }
 
@@ -146,6 +150,13 @@ impl QueueConfig {
         self
     }
 
+    /// Trusts this CA (PEM) for `rediss://` connections instead of the system's roots.
+    #[must_use]
+    pub fn with_tls_root_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.tls_root_ca_pem = Some(pem.into());
+        self
+    }
+
     /// Checks the name, prefix and URL; the error says what is wrong and what is accepted.
     pub fn validate(&self) -> Result<()> {
         validate_name("queue name", &self.name)?;
@@ -161,7 +172,7 @@ impl QueueConfig {
                 "reply_maxlen and dead_maxlen must be at least 1",
             ));
         }
-        validate_url(&self.url)?;
+        self.client()?;
         Ok(())
     }
 }
@@ -193,7 +204,41 @@ fn validate_name(what: &str, name: &str) -> Result<()> {
     Ok(())
 }
 
-pub(crate) fn validate_url(url: &str) -> Result<redis::Client> {
+impl QueueConfig {
+    /// The Redis client for this queue's URL (and TLS settings).
+    pub(crate) fn client(&self) -> Result<redis::Client> {
+        let info = connection_info(&self.url)?;
+        if self.url.starts_with("rediss://") {
+            return tls_client(&self.url, info, self.tls_root_ca_pem.as_deref());
+        }
+        redis::Client::open(info).map_err(|e| bad_url(&self.url, e))
+    }
+}
+
+fn bad_url(url: &str, e: redis::RedisError) -> Error {
+    Error::config(format!(
+        "invalid Redis URL {url:?}: {e}; expected redis://[user:password@]host[:port][/db]"
+    ))
+    .with_source(e)
+}
+
+#[cfg(feature = "tls")]
+fn tls_client(url: &str, info: redis::ConnectionInfo, ca: Option<&[u8]>) -> Result<redis::Client> {
+    let certs = redis::TlsCertificates {
+        client_tls: None,
+        root_cert: ca.map(<[u8]>::to_vec),
+    };
+    redis::Client::build_with_tls(info, certs).map_err(|e| bad_url(url, e))
+}
+
+#[cfg(not(feature = "tls"))]
+fn tls_client(url: &str, _: redis::ConnectionInfo, _: Option<&[u8]>) -> Result<redis::Client> {
+    Err(Error::config(format!(
+        "{url:?} asks for TLS, but pelican was built without it: enable the `tls` feature"
+    )))
+}
+
+fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
     let scheme_ok = url.starts_with("redis://")
         || url.starts_with("rediss://")
         || url.starts_with("unix://")
@@ -205,19 +250,12 @@ pub(crate) fn validate_url(url: &str) -> Result<redis::Client> {
         )));
     }
     use redis::IntoConnectionInfo;
-    let bad = |e: redis::RedisError| {
-        Error::config(format!(
-            "invalid Redis URL {url:?}: {e}; expected redis://[user:password@]host[:port][/db]"
-        ))
-        .with_source(e)
-    };
     // TCP_NODELAY: requests are small and latency-bound; Nagle's algorithm would hold
     // a pipelined write back until the previous one is acknowledged.
-    let info = url
+    Ok(url
         .into_connection_info()
-        .map_err(bad)?
-        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
-    redis::Client::open(info).map_err(bad)
+        .map_err(|e| bad_url(url, e))?
+        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
 }
 
 /// Checks a caller-chosen request id.

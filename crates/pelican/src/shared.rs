@@ -1,7 +1,7 @@
 //! What producers and consumers of one queue share: the validated configuration, the
 //! keys, the scripts and the multiplexed connection; plus the janitor and clocks.
 
-use crate::config::{validate_url, QueueConfig};
+use crate::config::QueueConfig;
 use crate::entry;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
@@ -41,7 +41,7 @@ impl Shared {
     /// Connects without creating anything in Redis (for read-only tools).
     pub(crate) async fn connect_only(queue: &QueueConfig) -> Result<Arc<Shared>> {
         queue.validate()?;
-        let client = validate_url(&queue.url)?;
+        let client = queue.client()?;
         let cfg = ConnectionManagerConfig::new()
             .set_response_timeout(Some(queue.command_timeout))
             .set_connection_timeout(Some(Duration::from_secs(5)))
