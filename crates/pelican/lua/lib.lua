@@ -36,29 +36,33 @@ end
 
 -- Resolves request `rid` (held by stream entry `sid`) with `outcome` and queues it for
 -- every waiting producer (sent by `flush_replies`, which every script calls last).
--- Callers have won the XACK gate for `sid` already, so this is the request's one outcome.
--- Indexed requests (dedup on): the outcome replaces the pending value in ONE command,
--- SET ... GET, so the waiter list read is exactly the one replaced; a producer joining
--- a moment earlier is in it, one joining a moment later finds the outcome. ttl 0 deletes
--- the key instead (GETDEL). Requests without an index have one waiter, `from`, and no
--- stored outcome.
+-- Callers have won the XACK gate for `sid` already, so this is the entry's one outcome.
+-- Indexed requests (dedup on): the outcome replaces the pending value only if that
+-- value still points at `sid`. Another entry can carry the same rid (a garbage or
+-- foreign entry, a requeued dead letter while the rid is in flight again, an entry whose
+-- index expired and was submitted afresh); its outcome must neither resolve the request
+-- the index tracks nor overwrite an outcome already recorded (first outcome wins).
+-- ttl 0 deletes the key instead. Requests without an index have one waiter, `from`,
+-- and no stored outcome.
 -- Returns the number of producers told.
 local function finish(reqp, replyp, rid, sid, from, indexed, outcome, ttl, maxlen)
   if rid == nil or rid == '' then return 0 end
   local waiters = {}
   if indexed == '1' then
     local key = reqp .. rid
-    local old
-    if ttl > 0 then
-      old = redis.call('SET', key, outcome, 'PX', ttl, 'GET')
-    else
-      old = redis.call('GETDEL', key)
-    end
-    if old and string.sub(old, 1, 1) == 'P' then
+    local old = redis.call('GET', key)
+    if old and string.sub(old, 1, #sid + 2) == 'P' .. sid .. ';' then
       waiters = pending_waiters(old)
-    elseif not old and from and from ~= '' then
+    elseif old then
+      return 0
+    elseif from and from ~= '' then
       -- the index expired before the work was done; its submitter may still wait
       waiters[1] = from
+    end
+    if ttl > 0 then
+      redis.call('SET', key, outcome, 'PX', ttl)
+    elseif old then
+      redis.call('DEL', key)
     end
   elseif from and from ~= '' then
     waiters[1] = from
@@ -89,11 +93,21 @@ end
 
 -- Moves stream entry `sid` (fields `flat`) to the dead-letter stream with
 -- `reason`, acknowledges and deletes it, and tells its waiters.
-local function bury(stream, dead, reqp, replyp, group, sid, flat, reason, deliveries, consumer, now, ttl, maxlen, dead_maxlen)
+-- A value longer than `max_body` is not copied (an oversized body must not be stored
+-- twice); its length is recorded as `<field>_bytes` instead.
+local function bury(stream, dead, reqp, replyp, group, sid, flat, reason, deliveries, consumer, now, ttl, maxlen, dead_maxlen, max_body)
   local args = { 'XADD', dead, 'MAXLEN', '~', dead_maxlen, '*',
     'entry', sid, 'reason', reason, 'deliveries', deliveries, 'consumer', consumer, 'dead_at', now }
   if flat then
-    for i = 1, #flat do args[#args + 1] = flat[i] end
+    for i = 1, #flat - 1, 2 do
+      if #flat[i + 1] > max_body then
+        args[#args + 1] = flat[i] .. '_bytes'
+        args[#args + 1] = #flat[i + 1]
+      else
+        args[#args + 1] = flat[i]
+        args[#args + 1] = flat[i + 1]
+      end
+    end
   end
   redis.call(unpack(args))
   redis.call('XACK', stream, group, sid)

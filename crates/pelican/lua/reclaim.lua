@@ -3,7 +3,7 @@
 -- KEYS[1] stream   KEYS[2] dead-letter stream   KEYS[3] request prefix   KEYS[4] reply prefix
 -- ARGV[1] group   ARGV[2] consumer   ARGV[3] min idle (ms)   ARGV[4] cursor (start id, "-" first)
 -- ARGV[5] count   ARGV[6] max deliveries   ARGV[7] now (ms)   ARGV[8] result ttl (ms)
--- ARGV[9] reply maxlen   ARGV[10] dead-letter maxlen
+-- ARGV[9] reply maxlen   ARGV[10] dead-letter maxlen   ARGV[11] max body bytes
 -- Reply: { next cursor ("-" when the scan wrapped), claimed entries as XCLAIM returns them,
 --          flat list of id, delivery count for the claimed entries, number dead-lettered }
 -- XPENDING (with IDLE) comes first so the previous owner and the delivery count are known;
@@ -13,6 +13,7 @@ local stream, dead, reqp, replyp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local group, consumer, min_idle, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local count, maxd, now = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local ttl, maxlen, dead_maxlen = tonumber(ARGV[8]), ARGV[9], ARGV[10]
+local max_body = tonumber(ARGV[11])
 local pend = redis.call('XPENDING', stream, group, 'IDLE', min_idle, cursor, '+', count)
 if #pend == 0 then return { '-', {}, {}, 0 } end
 local claim, counts, ndead = {}, {}, 0
@@ -24,7 +25,7 @@ for _, e in ipairs(pend) do
     if r[1] then flat = r[1][2] end
     bury(stream, dead, reqp, replyp, group, id, flat,
       'delivered ' .. deliveries .. ' times without an outcome (max_deliveries ' .. maxd .. '); last consumer ' .. owner,
-      deliveries, owner, now, ttl, maxlen, dead_maxlen)
+      deliveries, owner, now, ttl, maxlen, dead_maxlen, max_body)
     ndead = ndead + 1
   else
     claim[#claim + 1] = id

@@ -90,7 +90,7 @@ pub struct DeadLetter {
     pub dead_at_ms: u64,
     /// Its request id, if it had one.
     pub rid: Option<String>,
-    /// Body size in bytes.
+    /// Body size in bytes (a body over `max_body_bytes` is not kept, only its size).
     pub body_len: usize,
     /// The first bytes of the body, lossy UTF-8.
     pub body_preview: String,
@@ -269,7 +269,10 @@ impl Admin {
                     consumer: s("consumer"),
                     dead_at_ms: s("dead_at").parse().unwrap_or(0),
                     rid: e.get_str("rid").map(str::to_string),
-                    body_len: body.len(),
+                    body_len: e
+                        .get_str("body_bytes")
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(body.len()),
                     body_preview: String::from_utf8_lossy(&body[..preview_len]).into_owned(),
                 }
             })

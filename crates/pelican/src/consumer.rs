@@ -371,7 +371,15 @@ where
         match read {
             Ok(v) => {
                 backoff.reset();
-                for e in parse_read(&v) {
+                let entries = parse_read(&v);
+                if entries.is_empty() && cfg.reclaim {
+                    // Idle for a whole block: look for released work now. A retry, a
+                    // dropped delivery or a shutdown makes entries reclaimable at once,
+                    // and waiting for the reclaim interval (claim_idle / 2) would leave
+                    // them lying there while this consumer has nothing to do.
+                    next_reclaim = Instant::now();
+                }
+                for e in entries {
                     let p = permits.pop().expect("read at most the free slots");
                     deliver(&inner, &tx, e, 1, p).await;
                 }
@@ -426,6 +434,7 @@ async fn reclaim(
         .arg(ms(sh.queue.result_ttl))
         .arg(sh.queue.reply_maxlen)
         .arg(sh.queue.dead_maxlen)
+        .arg(sh.queue.max_body_bytes)
         .invoke_async(&mut sh.conn())
         .await
         .map_err(|e| Error::redis("reclaiming idle entries", e))?;
@@ -547,6 +556,7 @@ async fn reject(inner: &CInner, sid: &str, reason: &str, deliveries: u32) {
         .arg(ms(sh.queue.result_ttl))
         .arg(sh.queue.reply_maxlen)
         .arg(sh.queue.dead_maxlen)
+        .arg(sh.queue.max_body_bytes)
         .invoke_async(&mut sh.conn())
         .await;
     match r {
