@@ -774,7 +774,10 @@ async fn maintenance(weak: std::sync::Weak<Inner>) {
                 trimmed_to = last;
             }
         }
-        if last_refresh.elapsed() >= inner.config.reply_ttl / 3 {
+        // A forced sweep follows a broken connection: Redis may have restarted and lost
+        // the reply stream, so check it now rather than at the next refresh.
+        let forced = inner.sweep_now.swap(false, Ordering::SeqCst);
+        if forced || last_refresh.elapsed() >= inner.config.reply_ttl / 3 {
             let r: redis::RedisResult<i64> = redis::cmd("PEXPIRE")
                 .arg(&inner.reply_key)
                 .arg(ms(inner.config.reply_ttl))
@@ -795,7 +798,7 @@ async fn maintenance(weak: std::sync::Weak<Inner>) {
                 Err(_) => {}
             }
         }
-        let forced = inner.sweep_now.swap(false, Ordering::SeqCst);
+        let forced = forced || inner.sweep_now.swap(false, Ordering::SeqCst);
         if forced || last_sweep.elapsed() >= inner.config.sweep_interval {
             let min_age = if forced {
                 Duration::ZERO
