@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::metrics;
 use crate::outcome::Outcome;
-use crate::shared::{ms, now_ms, Backoff, Shared};
+use crate::shared::{ms, now_ms, retry_if_dropped, Backoff, Shared};
 use crate::task::TaskSet;
 use redis::Value;
 use serde::{de::DeserializeOwned, Serialize};
@@ -253,16 +253,18 @@ where
         // Release everything still owned (including entries a cancelled read may have
         // delivered unseen), then leave the group if nothing is left.
         let sh = &self.inner.shared;
-        let released: i64 = sh
-            .scripts
-            .release
+        let mut release = sh.scripts.release.prepare_invoke();
+        release
             .key(&sh.keys.stream)
             .arg(&sh.keys.group)
             .arg(&self.inner.name)
-            .arg(ms(self.inner.config.claim_idle))
-            .invoke_async(&mut sh.conn())
-            .await
-            .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
+            .arg(ms(self.inner.config.claim_idle));
+        // Idempotent: releasing an entry twice backdates it twice.
+        let release = &release;
+        let released: i64 =
+            retry_if_dropped(move || async move { release.invoke_async(&mut sh.conn()).await })
+                .await
+                .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
         if released == 0 {
             let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
                 .arg("DELCONSUMER")

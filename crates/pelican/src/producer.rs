@@ -13,7 +13,7 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::metrics;
 use crate::outcome::Outcome;
-use crate::shared::{ms, now_ms, Backoff, Shared};
+use crate::shared::{ms, now_ms, retry_if_dropped, Backoff, Shared};
 use crate::task::TaskSet;
 use redis::Value;
 use serde::{de::DeserializeOwned, Serialize};
@@ -563,10 +563,13 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     for j in jobs {
         inv.arg(&j.rid).arg(j.deadline_ms).arg(j.body.as_slice());
     }
-    let v: Vec<Vec<u8>> = inv
-        .invoke_async(&mut sh.conn())
-        .await
-        .map_err(|e| Error::redis("submitting requests", e))?;
+    // Idempotent per rid (a repeat joins the first attempt's request or reads its
+    // outcome), so it may be sent again after a dropped connection.
+    let inv = &inv;
+    let v: Vec<Vec<u8>> =
+        retry_if_dropped(move || async move { inv.invoke_async(&mut sh.conn()).await })
+            .await
+            .map_err(|e| Error::redis("submitting requests", e))?;
     Ok(v)
 }
 
@@ -684,8 +687,9 @@ async fn cancel_batch(inner: &Inner, jobs: &[CancelJob]) -> Result<()> {
     for j in jobs {
         inv.arg(&j.rid).arg(j.sid.as_deref().unwrap_or(""));
     }
-    let _: i64 = inv
-        .invoke_async(&mut sh.conn())
+    // Idempotent: a waiter already removed or a request already withdrawn is skipped.
+    let inv = &inv;
+    let _: i64 = retry_if_dropped(move || async move { inv.invoke_async(&mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("withdrawing requests", e))?;
     Ok(())

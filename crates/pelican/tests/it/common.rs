@@ -2,10 +2,17 @@
 
 #![allow(dead_code)]
 
-use pelican::{ConsumerConfig, ProducerConfig, QueueConfig};
+use pelican::{Consumer, ConsumerConfig, HandlerError, Job, ProducerConfig, QueueConfig, Stopper};
 use pelican_testkit::{unique_name, RedisServer};
+use redis::aio::MultiplexedConnection;
+use redis::Value;
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 /// The request type of most tests.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -13,6 +20,15 @@ pub struct Req {
     pub i: u64,
     #[serde(default)]
     pub tag: String,
+}
+
+impl Req {
+    pub fn new(i: u64, tag: &str) -> Req {
+        Req {
+            i,
+            tag: tag.to_string(),
+        }
+    }
 }
 
 /// The response type of most tests.
@@ -28,6 +44,7 @@ pub fn queue(server: &RedisServer, name: &str) -> QueueConfig {
         .with_janitor_interval(Duration::from_millis(200))
 }
 
+/// Short claim idle (600 ms: leases renewed every 200 ms), short blocks.
 pub fn fast_consumer() -> ConsumerConfig {
     ConsumerConfig::default()
         .with_claim_idle(Duration::from_millis(600))
@@ -48,4 +65,328 @@ pub fn keys_of(server: &RedisServer, q: &QueueConfig) -> Vec<String> {
     let mut keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut c).unwrap();
     keys.sort();
     keys
+}
+
+/// A raw client on a queue's keys: what a test sees in Redis, and what a foreign or
+/// broken client can write. Key names follow the protocol (`docs/PROTOCOL.md`).
+#[derive(Clone)]
+pub struct Probe {
+    conn: MultiplexedConnection,
+    base: String,
+}
+
+/// The consumer group every queue uses.
+pub const GROUP: &str = "pelican";
+
+impl Probe {
+    pub async fn new(server: &RedisServer, q: &QueueConfig) -> Probe {
+        let conn = server
+            .client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("raw connection");
+        Probe {
+            conn,
+            base: format!("{}:{{{}}}", q.prefix, q.name),
+        }
+    }
+
+    pub fn conn(&self) -> MultiplexedConnection {
+        self.conn.clone()
+    }
+
+    pub fn stream(&self) -> String {
+        format!("{}:stream", self.base)
+    }
+
+    pub fn dead(&self) -> String {
+        format!("{}:dead", self.base)
+    }
+
+    pub fn req(&self, rid: &str) -> String {
+        format!("{}:req:{rid}", self.base)
+    }
+
+    pub fn reply(&self, producer: &str) -> String {
+        format!("{}:reply:{producer}", self.base)
+    }
+
+    pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
+        cmd.query_async(&mut self.conn())
+            .await
+            .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+    }
+
+    /// Live entries of the request stream.
+    pub async fn xlen(&self) -> u64 {
+        self.query(redis::cmd("XLEN").arg(self.stream())).await
+    }
+
+    /// Entries ever added to the request stream (XINFO STREAM entries-added).
+    pub async fn entries_added(&self) -> u64 {
+        self.entries_added_to(&self.stream()).await
+    }
+
+    /// Entries ever added to any stream.
+    pub async fn entries_added_to(&self, key: &str) -> u64 {
+        let v: Value = self.query(redis::cmd("XINFO").arg("STREAM").arg(key)).await;
+        info_int(&v, "entries-added").expect("entries-added") as u64
+    }
+
+    /// Entries in the group's pending list.
+    pub async fn pending(&self) -> u64 {
+        let v: Value = self
+            .query(redis::cmd("XPENDING").arg(self.stream()).arg(GROUP))
+            .await;
+        match v {
+            Value::Array(a) => match a.first() {
+                Some(Value::Int(n)) => *n as u64,
+                other => panic!("XPENDING summary: {other:?}"),
+            },
+            other => panic!("XPENDING summary: {other:?}"),
+        }
+    }
+
+    /// Names and pending counts of the group's consumers.
+    pub async fn consumers(&self) -> Vec<(String, u64)> {
+        let v: Value = self
+            .query(
+                redis::cmd("XINFO")
+                    .arg("CONSUMERS")
+                    .arg(self.stream())
+                    .arg(GROUP),
+            )
+            .await;
+        let Value::Array(cs) = v else {
+            panic!("XINFO CONSUMERS: {v:?}")
+        };
+        cs.iter()
+            .map(|c| {
+                (
+                    info_str(c, "name").expect("name"),
+                    info_int(c, "pending").expect("pending") as u64,
+                )
+            })
+            .collect()
+    }
+
+    pub async fn get(&self, key: &str) -> Option<Vec<u8>> {
+        self.query(redis::cmd("GET").arg(key)).await
+    }
+
+    pub async fn exists(&self, key: &str) -> bool {
+        self.query::<i64>(redis::cmd("EXISTS").arg(key)).await == 1
+    }
+
+    /// Every key of the queue, sorted.
+    pub async fn keys(&self) -> Vec<String> {
+        let mut keys: Vec<String> = self
+            .query(redis::cmd("KEYS").arg(format!("{}:*", self.base)))
+            .await;
+        keys.sort();
+        keys
+    }
+
+    /// Request keys holding a pending index ("P<sid>;<deadline>;<producers>;").
+    pub async fn pending_index_keys(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for k in self.keys().await {
+            if !k.starts_with(&format!("{}:req:", self.base)) {
+                continue;
+            }
+            if let Some(v) = self.get(&k).await {
+                if v.first() == Some(&b'P') {
+                    out.push(format!("{k} = {}", String::from_utf8_lossy(&v)));
+                }
+            }
+        }
+        out
+    }
+
+    /// Keys that must not outlive the work: pending indexes and anything that is
+    /// neither the stream, the dead-letter stream, the janitor lock, a cached outcome
+    /// nor one of the `live_producers`' reply streams.
+    pub async fn leftovers(&self, live_producers: &[&str]) -> Vec<String> {
+        let mut out = Vec::new();
+        let req = format!("{}:req:", self.base);
+        for k in self.keys().await {
+            let fixed = [self.stream(), self.dead(), format!("{}:janitor", self.base)];
+            if fixed.contains(&k) || live_producers.iter().any(|p| k == self.reply(p)) {
+                continue;
+            }
+            if k.starts_with(&req) {
+                match self.get(&k).await {
+                    // a cached outcome: a tag byte O/E/D/X/C then the payload
+                    Some(v) if matches!(v.first(), Some(b'O' | b'E' | b'D' | b'X' | b'C')) => {
+                        continue
+                    }
+                    None => continue, // expired meanwhile
+                    Some(v) => out.push(format!("{k} = {}", String::from_utf8_lossy(&v))),
+                }
+            } else {
+                out.push(k);
+            }
+        }
+        out
+    }
+
+    /// Adds a raw entry to the request stream, as a foreign or broken client would.
+    pub async fn xadd(&self, fields: &[(&str, &[u8])]) -> String {
+        let mut cmd = redis::cmd("XADD");
+        cmd.arg(self.stream()).arg("*");
+        for (k, v) in fields {
+            cmd.arg(*k).arg(*v);
+        }
+        self.query(&cmd).await
+    }
+}
+
+/// A field of an XINFO reply (RESP2 flat array or RESP3 map).
+pub fn info_field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
+    match v {
+        Value::Array(a) => a
+            .chunks(2)
+            .find(|kv| matches!(&kv[0], Value::BulkString(b) if b == name.as_bytes()))
+            .and_then(|kv| kv.get(1)),
+        Value::Map(m) => m
+            .iter()
+            .find(|(k, _)| matches!(k, Value::BulkString(b) if b == name.as_bytes()))
+            .map(|(_, v)| v),
+        _ => None,
+    }
+}
+
+pub fn info_int(v: &Value, name: &str) -> Option<i64> {
+    match info_field(v, name)? {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+pub fn info_str(v: &Value, name: &str) -> Option<String> {
+    match info_field(v, name)? {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// Handler runs per request id.
+#[derive(Clone, Default)]
+pub struct Runs(Arc<Mutex<HashMap<String, u32>>>);
+
+impl Runs {
+    /// Counts one run of `rid`; returns how many there were, this one included.
+    pub fn hit(&self, rid: &str) -> u32 {
+        let mut m = self.0.lock().unwrap();
+        let n = m.entry(rid.to_string()).or_default();
+        *n += 1;
+        *n
+    }
+
+    pub fn get(&self, rid: &str) -> u32 {
+        self.0.lock().unwrap().get(rid).copied().unwrap_or(0)
+    }
+
+    pub fn total(&self) -> u32 {
+        self.0.lock().unwrap().values().sum()
+    }
+
+    pub fn snapshot(&self) -> HashMap<String, u32> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// A gate handlers wait on until the test opens it.
+#[derive(Clone)]
+pub struct Gate(Arc<watch::Sender<bool>>);
+
+impl Default for Gate {
+    fn default() -> Self {
+        Gate(Arc::new(watch::channel(false).0))
+    }
+}
+
+impl Gate {
+    pub fn open(&self) {
+        self.0.send_replace(true);
+    }
+
+    pub async fn wait(&self) {
+        let mut rx = self.0.subscribe();
+        rx.wait_for(|open| *open).await.expect("gate dropped");
+    }
+}
+
+/// A consumer running [`Consumer::serve`] in a task.
+pub struct Worker {
+    pub name: String,
+    stopper: Stopper,
+    handle: JoinHandle<pelican::Result<()>>,
+}
+
+impl Worker {
+    pub async fn spawn<F, Fut>(
+        q: &QueueConfig,
+        cfg: ConsumerConfig,
+        concurrency: usize,
+        handler: F,
+    ) -> Worker
+    where
+        F: Fn(Req, Job) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<Resp, HandlerError>> + Send + 'static,
+    {
+        let c = Consumer::<Req, Resp>::connect(q.clone(), cfg)
+            .await
+            .expect("consumer connects");
+        let name = c.name().to_string();
+        let stopper = c.stopper();
+        let handle = tokio::spawn(c.serve(concurrency, handler));
+        Worker {
+            name,
+            stopper,
+            handle,
+        }
+    }
+
+    /// Stops it gracefully and waits until it has left.
+    pub async fn stop(self) {
+        self.stopper.stop();
+        self.handle
+            .await
+            .expect("serve task")
+            .expect("serve returns Ok");
+    }
+
+    pub fn stopper(&self) -> Stopper {
+        self.stopper.clone()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.handle.is_finished()
+    }
+}
+
+/// A consumer dies: the delivery stays in its pending list, unanswered and
+/// unreleased, until another consumer reclaims it after claim_idle.
+pub fn die<D>(consumer: Consumer<Req, Resp>, delivery: D) {
+    std::mem::forget(delivery);
+    drop(consumer);
+}
+
+/// An echo response.
+pub fn echo(r: &Req, by: &str) -> Resp {
+    Resp {
+        i: r.i,
+        by: by.to_string(),
+    }
+}
+
+/// Awaits `fut` for at most `limit`; panics naming `what` when it takes longer.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what} did not happen within {limit:?}"),
+    }
 }

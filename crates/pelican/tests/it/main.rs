@@ -1,4 +1,18 @@
 //! Integration tests: every test starts its own redis-server (pelican-testkit).
+//!
+//! - `smoke`: a round trip, dedup + crash + dead letter in one go.
+//! - `matrix`: the seed system's scenario matrix, one scenario run in many modes.
+//! - `invariants`: one test (or a few) per invariant of DESIGN.md.
+//! - `lease`: invariant 5, leases kept and lost.
+//! - `garbage`: invariant 7, entries written by broken or foreign clients.
+//! - `processes`: dedup across producers in two OS processes.
+//! - `faults`: dropped connections.
 
 mod common;
+mod faults;
+mod garbage;
+mod invariants;
+mod lease;
+mod matrix;
+mod processes;
 mod smoke;

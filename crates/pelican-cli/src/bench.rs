@@ -1,0 +1,433 @@
+//! `pelican bench`: the peer benchmark's workload (`../shared/peers/bullmq`) against
+//! pelican, so the two can be compared line for line.
+//!
+//! One producer (this process) and `--workers` worker processes (children of this
+//! binary, `pelican bench --serve-worker`) on a fresh queue. Payload `{"i": N, "data":
+//! "<64 x>"}`, answer `{"i": N, "ok": true}`, every answer checked. Phases: warm-up
+//! (1,000 requests, at most 100 in flight, not measured), throughput (20,000 requests,
+//! a closed loop of 1,000 lanes: submit, await, next), latency (2,000 requests one at a
+//! time). `throughput_rps` = requests / (first submission -> last answer); latencies
+//! are submit -> answer, nearest-rank percentiles. Redis commands per request come
+//! from INFO commandstats over the throughput phase (it counts the commands scripts
+//! run); CPU and memory from /proc. At the end the workers are stopped by pid and every
+//! key of the queue is deleted, and the run fails if any is left.
+//!
+//! Layout: `load` (the workload and the closed loop), `workers` (the child processes),
+//! `serve` (what a child runs), `server` (INFO, SCAN, the loopback rule), `sys` (/proc),
+//! `histogram` (latencies in constant memory), `report` (JSON line and table).
+
+mod histogram;
+mod load;
+mod report;
+mod serve;
+mod server;
+mod sys;
+mod workers;
+
+use crate::cli::Global;
+use crate::exit::{CliError, CliResult};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+pub use load::{BenchRequest, BenchResponse};
+use load::{Load, Phase};
+use pelican::{Admin, Producer, ProducerConfig, QueueConfig};
+use report::Report;
+use server::{ServerCounters, ServerDelta};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use sys::{CpuWindow, Watched};
+use workers::Workers;
+
+/// Most requests in flight during the warm-up (as in the peer benchmark).
+const WARMUP_INFLIGHT: u64 = 100;
+/// How long one request may take before it counts as failed.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on each clean-up step (producer shutdown, deleting the keys).
+const CLEANUP_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// `pelican bench`.
+#[derive(Debug, Clone, Args)]
+#[command(
+    long_about = "Measure throughput and latency with the peer benchmark's workload: one \
+                  producer (this process) and worker processes on a fresh queue; payload \
+                  {\"i\": N, \"data\": \"<64 x>\"}, answer {\"i\": N, \"ok\": true}, every answer \
+                  checked. Warm-up (not measured), throughput (closed loop of --inflight \
+                  lanes), latency (one request at a time). Needs a Redis on this machine \
+                  (--redis, loopback only); the queue's keys are deleted at the end. With \
+                  --json it prints one line of JSON."
+)]
+pub struct BenchArgs {
+    /// Requests of the throughput phase.
+    #[arg(long, default_value_t = 20_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub requests: u64,
+    /// Most requests outstanding at once in the throughput phase (lanes of the closed
+    /// loop: each submits, awaits the answer, submits the next).
+    #[arg(long, default_value_t = 1_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub inflight: u64,
+    /// Requests of the latency phase, strictly one at a time (0 skips it).
+    #[arg(long, default_value_t = 2_000, value_name = "N")]
+    pub latency_requests: u64,
+    /// Unmeasured warm-up requests before the throughput phase (at most 100 in flight).
+    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    pub warmup: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub workers: u64,
+    /// Requests each worker handles at once.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// Deliveries each worker holds at once (default: twice --concurrency, so reading
+    /// the next batch overlaps handling this one).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub prefetch: Option<u64>,
+    /// Length of the payload's "data" string, in bytes.
+    #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
+    pub payload_bytes: u64,
+    /// Switch dedup off: every submission is its own request (fewer Redis commands).
+    #[arg(long)]
+    pub no_dedup: bool,
+    /// Run as the bench's worker process (started by `pelican bench` itself).
+    #[arg(long, hide = true)]
+    pub serve_worker: bool,
+}
+
+impl BenchArgs {
+    /// Deliveries held at once per worker.
+    pub fn prefetch(&self) -> u64 {
+        self.prefetch.unwrap_or(2 * self.concurrency)
+    }
+}
+
+/// Runs the benchmark (or, with `--serve-worker`, one of its workers).
+pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
+    if args.serve_worker {
+        return serve::run(g, args).await;
+    }
+    server::require_loopback(&g.redis)?;
+    let queue = QueueConfig::new(g.redis.clone(), queue_name());
+    queue.validate().map_err(|e| g.error(&e))?;
+    crate::redis_local::require(&g.redis).await?;
+    let mut bench = Bench {
+        g,
+        args,
+        queue,
+        workers: None,
+        load: None,
+        bar: progress_bar(g.json),
+    };
+    if !g.json {
+        eprintln!(
+            "pelican bench: queue {} on {}, dedup {}; {} warm-up, {} throughput ({} in \
+             flight), {} latency requests",
+            bench.queue.name,
+            crate::redis_local::redacted(&g.redis),
+            if args.no_dedup { "off" } else { "on" },
+            args.warmup,
+            args.requests,
+            args.inflight,
+            args.latency_requests
+        );
+    }
+    let result = tokio::select! {
+        r = bench.measure() => r,
+        _ = interrupted() => Err(CliError::failure(
+            "interrupted: stopped the bench workers and removed the queue's keys",
+        )),
+    };
+    bench.bar.finish_and_clear();
+    let cleaned = bench.cleanup().await;
+    let mut report = result?;
+    report.keys_deleted = cleaned?;
+    if g.json {
+        println!("{}", report.json_line());
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}
+
+/// `bench-<pid>-<nanos>`: a queue of its own for every run.
+fn queue_name() -> String {
+    let nanos = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    format!("bench-{}-{nanos}", std::process::id())
+}
+
+fn progress_bar(json: bool) -> ProgressBar {
+    if json {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(0), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {per_sec:>12} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar
+}
+
+async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut i), Ok(mut t)) => {
+            tokio::select! {
+                _ = i.recv() => {}
+                _ = t.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
+
+/// One run: what it started, so that everything is stopped and removed whatever happens.
+struct Bench<'a> {
+    g: &'a Global,
+    args: &'a BenchArgs,
+    queue: QueueConfig,
+    workers: Option<Workers>,
+    load: Option<Arc<Load>>,
+    bar: ProgressBar,
+}
+
+impl Bench<'_> {
+    /// Starts the workers and the producer, runs the phases, checks every answer.
+    async fn measure(&mut self) -> CliResult<Report> {
+        let (g, args) = (self.g, self.args);
+        let mut info = server::connect(&g.redis).await?;
+        let redis_pid = server::local_pid(&mut info).await;
+        let exe = std::env::current_exe()
+            .map_err(|e| CliError::failure(format!("cannot find this program's path: {e}")))?;
+        let mut worker_args: Vec<String> = vec![
+            "--redis".into(),
+            g.redis.clone(),
+            "--queue".into(),
+            self.queue.name.clone(),
+        ];
+        worker_args.extend((0..g.log).map(|_| "-v".to_string()));
+        worker_args.extend([
+            "bench".into(),
+            "--serve-worker".into(),
+            "--concurrency".into(),
+            args.concurrency.to_string(),
+            "--prefetch".into(),
+            args.prefetch().to_string(),
+        ]);
+        let workers = self
+            .workers
+            .insert(Workers::start(&exe, &worker_args, args.workers as usize).await?);
+        let producer = Producer::connect(
+            self.queue.clone(),
+            ProducerConfig::default()
+                .with_dedup(!args.no_dedup)
+                .with_request_timeout(REQUEST_TIMEOUT),
+        )
+        .await
+        .map_err(|e| g.error(&e))?;
+        let load = Arc::new(Load::new(producer, args.payload_bytes as usize));
+        self.load = Some(load.clone());
+        let mut watched = vec![Watched {
+            role: "producer",
+            pid: Some(std::process::id()),
+        }];
+        watched.extend(workers.pids().into_iter().map(|pid| Watched {
+            role: "worker",
+            pid: Some(pid),
+        }));
+        watched.push(Watched {
+            role: "redis",
+            pid: redis_pid,
+        });
+        let phases = Phases {
+            args,
+            load: &load,
+            bar: &self.bar,
+            watched,
+            json: g.json,
+        };
+        let mut report = tokio::select! {
+            r = phases.run(&mut info) => r?,
+            e = workers.died() => return Err(e),
+        };
+        report.queue = self.queue.name.clone();
+        report.checked = load.checked();
+        let expected = args.warmup + args.requests + args.latency_requests;
+        if load.bad() > 0 || report.checked != expected {
+            return Err(CliError::failure(format!(
+                "{} of {expected} requests got a wrong answer or none (the first ones are \
+                 shown above); run with -v for the logs",
+                expected - report.checked.min(expected)
+            )));
+        }
+        Ok(report)
+    }
+
+    /// Stops the producer and the workers, deletes the queue's keys and checks that none
+    /// is left; returns how many were deleted.
+    async fn cleanup(&mut self) -> CliResult<u64> {
+        let mut problems = Vec::new();
+        if let Some(load) = self.load.take() {
+            // Lanes of an interrupted phase let go of the load once they are dropped.
+            let mut load = load;
+            let mut tries = 0;
+            let producer = loop {
+                match Arc::try_unwrap(load) {
+                    Ok(l) => break Some(l.into_producer()),
+                    Err(l) if tries < 100 => {
+                        load = l;
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(10)).await;
+                    }
+                    Err(_) => break None,
+                }
+            };
+            if let Some(p) = producer {
+                match tokio::time::timeout(CLEANUP_TIMEOUT, p.shutdown()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(e)) => problems.push(format!("stopping the producer: {e}")),
+                    Err(_) => problems.push("stopping the producer timed out".into()),
+                }
+            }
+        }
+        if let Some(workers) = self.workers.take() {
+            for w in workers.stop().await {
+                eprintln!("pelican bench: {w}");
+            }
+        }
+        let deleted = match tokio::time::timeout(CLEANUP_TIMEOUT, async {
+            Admin::connect(self.queue.clone()).await?.destroy().await
+        })
+        .await
+        {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                problems.push(format!("deleting the queue's keys: {e}"));
+                0
+            }
+            Err(_) => {
+                problems.push("deleting the queue's keys timed out".into());
+                0
+            }
+        };
+        let left = match server::connect(&self.g.redis).await {
+            Ok(mut conn) => server::keys_containing(&mut conn, &self.queue.name).await,
+            Err(e) => Err(e),
+        };
+        match left {
+            Ok(keys) if keys.is_empty() => {}
+            Ok(keys) => problems.push(format!(
+                "{} keys of queue {} are left: {}",
+                keys.len(),
+                self.queue.name,
+                keys.iter().take(10).cloned().collect::<Vec<_>>().join(", ")
+            )),
+            Err(e) => problems.push(format!("checking for keys left behind: {e}")),
+        }
+        if problems.is_empty() {
+            Ok(deleted)
+        } else {
+            Err(CliError::failure(format!(
+                "cleaning up after the bench failed: {}",
+                problems.join("; ")
+            )))
+        }
+    }
+}
+
+/// The measured part of a run: warm-up, throughput, latency.
+struct Phases<'a> {
+    args: &'a BenchArgs,
+    load: &'a Arc<Load>,
+    bar: &'a ProgressBar,
+    watched: Vec<Watched>,
+    json: bool,
+}
+
+impl Phases<'_> {
+    async fn run(&self, info: &mut redis::aio::MultiplexedConnection) -> CliResult<Report> {
+        let args = self.args;
+        if args.warmup > 0 {
+            let w = self
+                .phase("warm-up", args.warmup, args.inflight.min(WARMUP_INFLIGHT))
+                .await;
+            self.diagnose("warmup", &w);
+        }
+        let rss_start = self.rss();
+        let before: ServerCounters = server::counters(info).await?;
+        let window = CpuWindow::start(&self.watched);
+        let tp = self.phase("throughput", args.requests, args.inflight).await;
+        let cpu = window.stop();
+        let after = server::counters(info).await?;
+        let rss_end = self.rss();
+        self.diagnose("throughput", &tp);
+        if self.json {
+            eprintln!("throughput CPU (% of one core): {}", cpu.line());
+        }
+        let lat = if args.latency_requests > 0 {
+            self.phase("latency", args.latency_requests, 1).await
+        } else {
+            Phase::default()
+        };
+        self.diagnose("latency", &lat);
+        Ok(Report {
+            dedup: !args.no_dedup,
+            warmup: args.warmup,
+            workers: args.workers,
+            concurrency: args.concurrency,
+            prefetch: args.prefetch(),
+            payload_bytes: args.payload_bytes,
+            tp,
+            lat,
+            server: ServerDelta::between(&before, &after),
+            cpu,
+            rss_start,
+            rss_end,
+            ..Report::default()
+        })
+    }
+
+    async fn phase(&self, name: &str, n: u64, inflight: u64) -> Phase {
+        self.bar.reset();
+        self.bar.set_prefix(name.to_string());
+        self.bar.set_length(n);
+        self.bar.set_position(0);
+        self.load.closed_loop(n, inflight, self.bar).await
+    }
+
+    /// Resident memory per role (the workers summed up).
+    fn rss(&self) -> Vec<(&'static str, Option<u64>)> {
+        let mut out: Vec<(&'static str, Option<u64>)> = Vec::new();
+        for w in self.watched.iter().filter(|w| w.role != "redis") {
+            let kb = w.pid.and_then(sys::rss_kb);
+            match out.iter_mut().find(|(r, _)| *r == w.role) {
+                Some((_, sum)) => *sum = sum.zip(kb).map(|(a, b)| a + b),
+                None => out.push((w.role, kb)),
+            }
+        }
+        out
+    }
+
+    /// With --json, the peer's diagnostics on stderr (the table has them otherwise).
+    fn diagnose(&self, name: &str, p: &Phase) {
+        if !self.json || p.requests == 0 {
+            return;
+        }
+        let h = &p.latencies;
+        eprintln!(
+            "{name}: {} req in {:.3} ms = {:.1} req/s; p50={:.3} p90={:.3} p99={:.3} max={:.3} \
+             mean={:.3} ms",
+            p.requests,
+            p.wall.as_secs_f64() * 1000.0,
+            p.rate(),
+            h.quantile_ms(0.5),
+            h.quantile_ms(0.9),
+            h.quantile_ms(0.99),
+            h.max_ms(),
+            h.mean_ms()
+        );
+    }
+}

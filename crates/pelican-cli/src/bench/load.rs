@@ -1,0 +1,188 @@
+//! The agreed workload, driven from one producer: a closed loop of `inflight` lanes,
+//! each submitting one request, awaiting its answer, checking it and going on with the
+//! next. The latency phase is the same loop with one lane.
+
+use super::histogram::Histogram;
+use indicatif::ProgressBar;
+use pelican::{Producer, Result as PelicanResult};
+use serde::{Deserialize, Serialize};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::task::JoinSet;
+
+/// Bad answers printed as they happen; the rest are only counted.
+const SHOW_BAD: u64 = 5;
+/// How often the progress bar is moved.
+const PROGRESS_TICK: Duration = Duration::from_millis(100);
+
+/// The request: `{"i": N, "data": "<payload_bytes x>"}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchRequest {
+    /// The request's index in the run. Unique across the phases of a run, so that with
+    /// dedup on no request is answered from the result cache of an earlier one.
+    pub i: u64,
+    /// Filler.
+    pub data: String,
+}
+
+/// The answer the worker gives: `{"i": N, "ok": true}`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct BenchResponse {
+    /// The request's index.
+    pub i: u64,
+    /// Always true.
+    pub ok: bool,
+}
+
+/// The producer side of a run: one producer, the payload, and the answers checked so far.
+pub struct Load {
+    producer: Producer<BenchRequest, BenchResponse>,
+    data: String,
+    next_index: AtomicU64,
+    checked: AtomicU64,
+    bad: AtomicU64,
+}
+
+/// What one phase measured.
+#[derive(Debug, Clone, Default)]
+pub struct Phase {
+    /// Requests.
+    pub requests: u64,
+    /// Most requests outstanding at once.
+    pub inflight: u64,
+    /// First submission to last answer.
+    pub wall: Duration,
+    /// Submit-to-answer latencies.
+    pub latencies: Histogram,
+}
+
+impl Phase {
+    /// Requests per second over the wall time.
+    pub fn rate(&self) -> f64 {
+        self.requests as f64 / self.wall.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The state one phase's lanes share.
+struct Lanes {
+    n: u64,
+    base: u64,
+    next: AtomicU64,
+    done: AtomicU64,
+    start: Instant,
+    last_ns: AtomicU64,
+    latencies: Mutex<Histogram>,
+}
+
+impl Load {
+    /// A load on this producer with a payload of `payload_bytes` x's.
+    pub fn new(producer: Producer<BenchRequest, BenchResponse>, payload_bytes: usize) -> Load {
+        Load {
+            producer,
+            data: "x".repeat(payload_bytes),
+            next_index: AtomicU64::new(0),
+            checked: AtomicU64::new(0),
+            bad: AtomicU64::new(0),
+        }
+    }
+
+    /// The producer back, to shut it down (once no lane holds the load any more).
+    pub fn into_producer(self) -> Producer<BenchRequest, BenchResponse> {
+        self.producer
+    }
+
+    /// Answers received and found right.
+    pub fn checked(&self) -> u64 {
+        self.checked.load(Ordering::Relaxed)
+    }
+
+    /// Answers that were wrong, and requests that failed.
+    pub fn bad(&self) -> u64 {
+        self.bad.load(Ordering::Relaxed)
+    }
+
+    /// Runs `n` requests with at most `inflight` outstanding; moves `bar` along.
+    pub async fn closed_loop(self: &Arc<Self>, n: u64, inflight: u64, bar: &ProgressBar) -> Phase {
+        let lanes = Arc::new(Lanes {
+            n,
+            base: self.next_index.fetch_add(n, Ordering::Relaxed),
+            next: AtomicU64::new(0),
+            done: AtomicU64::new(0),
+            start: Instant::now(),
+            last_ns: AtomicU64::new(0),
+            latencies: Mutex::new(Histogram::default()),
+        });
+        let ticker = (!bar.is_hidden()).then(|| {
+            let (bar, lanes) = (bar.clone(), lanes.clone());
+            tokio::spawn(async move {
+                loop {
+                    bar.set_position(lanes.done.load(Ordering::Relaxed));
+                    tokio::time::sleep(PROGRESS_TICK).await;
+                }
+            })
+        });
+        let mut set = JoinSet::new();
+        for _ in 0..inflight.clamp(1, n.max(1)) {
+            set.spawn(lane(self.clone(), lanes.clone()));
+        }
+        while let Some(r) = set.join_next().await {
+            if let Err(e) = r {
+                // A lane cannot panic by design; if one did, its requests are missing.
+                eprintln!("pelican bench: a load lane failed: {e}");
+                self.bad.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if let Some(t) = ticker {
+            t.abort();
+        }
+        bar.set_position(n);
+        let latencies = std::mem::take(&mut *lanes.latencies.lock().unwrap());
+        Phase {
+            requests: n,
+            inflight: inflight.min(n),
+            wall: Duration::from_nanos(lanes.last_ns.load(Ordering::Relaxed)),
+            latencies,
+        }
+    }
+
+    fn check(&self, i: u64, answer: PelicanResult<BenchResponse>) {
+        let why = match answer {
+            Ok(r) if r.i == i && r.ok => {
+                self.checked.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+            Ok(r) => format!("wrong answer {r:?}"),
+            Err(e) => format!("failed: {e}"),
+        };
+        if self.bad.fetch_add(1, Ordering::Relaxed) < SHOW_BAD {
+            eprintln!("pelican bench: request i={i}: {why}");
+        }
+    }
+}
+
+/// One lane: submit, await, check, next, until the phase's requests are taken.
+async fn lane(load: Arc<Load>, lanes: Arc<Lanes>) {
+    loop {
+        let j = lanes.next.fetch_add(1, Ordering::Relaxed);
+        if j >= lanes.n {
+            return;
+        }
+        let i = lanes.base + j;
+        let req = BenchRequest {
+            i,
+            data: load.data.clone(),
+        };
+        let t0 = Instant::now();
+        let answer = match load.producer.submit(&req).await {
+            Ok(ticket) => ticket.await,
+            Err(e) => Err(e),
+        };
+        let t1 = Instant::now();
+        lanes.latencies.lock().unwrap().record(t1 - t0);
+        let since_start = u64::try_from((t1 - lanes.start).as_nanos()).unwrap_or(u64::MAX);
+        lanes.last_ns.fetch_max(since_start, Ordering::Relaxed);
+        lanes.done.fetch_add(1, Ordering::Relaxed);
+        load.check(i, answer);
+    }
+}

@@ -1,0 +1,50 @@
+//! The bench's worker process (`pelican bench --serve-worker`, started by the bench):
+//! answers `{"i": N, "data": ..}` with `{"i": N, "ok": true}` until SIGTERM, then shuts
+//! down gracefully. It prints one line on stdout, [`READY_LINE`], once it is connected.
+
+use super::workers::READY_LINE;
+use super::{BenchArgs, BenchRequest, BenchResponse};
+use crate::cli::Global;
+use crate::exit::{CliError, CliResult};
+use pelican::{Consumer, ConsumerConfig, Job};
+use std::io::Write;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// Serves the queue named by `--queue` until SIGTERM or SIGINT.
+pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
+    let queue = g.queue_config()?;
+    let cfg = ConsumerConfig::default().with_prefetch(args.prefetch() as usize);
+    let signal_error =
+        |e: std::io::Error| CliError::failure(format!("cannot listen for signals: {e}"));
+    let mut term = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    let consumer = Consumer::<BenchRequest, BenchResponse>::connect(queue, cfg)
+        .await
+        .map_err(|e| g.error(&e))?;
+    let stop = consumer.stopper();
+    tokio::spawn(async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        stop.stop();
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        std::process::exit(crate::exit::FAILURE.into());
+    });
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "{READY_LINE}")
+            .and_then(|()| out.flush())
+            .map_err(|e| CliError::failure(format!("cannot tell the bench we are ready: {e}")))?;
+    }
+    consumer
+        .serve(
+            args.concurrency as usize,
+            |req: BenchRequest, _job: Job| async move { Ok(BenchResponse { i: req.i, ok: true }) },
+        )
+        .await
+        .map_err(|e| g.error(&e))
+}

@@ -1,0 +1,199 @@
+//! The command line: global options and one argument struct per subcommand.
+//!
+//! Scripts rely on these names and flags; add, never rename.
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+
+/// The Redis URL used when neither `--redis` nor `REDIS_URL` says otherwise.
+pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
+
+/// `pelican`: request/response work queues on Redis Streams.
+#[derive(Debug, Parser)]
+#[command(
+    name = "pelican",
+    version,
+    about = "Request/response work queues on Redis Streams",
+    long_about = "Request/response work queues on Redis Streams: dedup, recovery of crashed \
+                  workers' work, dead letters, pushed results.\n\n\
+                  Start with `pelican demo`: it shows the whole system in one run (and starts a \
+                  throwaway redis-server if none is running).",
+    after_help = "Exit codes: 0 success, 2 usage or configuration error, 3 the request failed \
+                  remotely, 4 timeout/expired/dead/cancelled, 1 anything else."
+)]
+pub struct Cli {
+    /// Options every subcommand takes.
+    #[command(flatten)]
+    pub global: Global,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Options every subcommand takes (before or after the subcommand's name).
+#[derive(Debug, Clone, Args)]
+#[command(next_help_heading = "Global options")]
+pub struct Global {
+    /// Redis URL: redis://[user:password@]host[:port][/db].
+    #[arg(long = "redis", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, global = true, value_name = "URL")]
+    pub redis: String,
+    /// Queue name: letters, digits and . _ - : (at most 128).
+    #[arg(
+        long,
+        env = "PELICAN_QUEUE",
+        default_value = "demo",
+        global = true,
+        value_name = "NAME"
+    )]
+    pub queue: String,
+    /// Print data as JSON (stats, dead letters, worker lines, the demo's summary).
+    #[arg(long, global = true)]
+    pub json: bool,
+    /// More log output on stderr: -v info, -vv debug, -vvv trace (default: warnings;
+    /// RUST_LOG=... takes any tracing filter when -v is not given).
+    #[arg(short = 'v', action = clap::ArgAction::Count, global = true)]
+    pub log: u8,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the whole system in one run: producers with duplicates, worker processes, one
+    /// killed and its work recovered, a poison request dead-lettered, a summary table.
+    Demo(DemoArgs),
+    /// Serve the queue until SIGINT/SIGTERM, then shut down gracefully.
+    Worker(WorkerArgs),
+    /// Submit one request and print the response JSON.
+    Call(CallArgs),
+    /// The queue at a glance.
+    Stats,
+    /// Inspect, requeue or drop dead letters.
+    Dead(DeadArgs),
+    /// Measure throughput and latency with the BullMQ peer benchmark's workload.
+    Bench(BenchArgs),
+}
+
+/// `pelican demo`.
+#[derive(Debug, Clone, Args)]
+pub struct DemoArgs {
+    /// Requests the producers submit (duplicates included; the poison comes on top).
+    #[arg(long, default_value_t = 400, value_parser = clap::value_parser!(u64).range(10..=100_000))]
+    pub requests: u64,
+    /// Producers (each with its own connection and reply stream).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub producers: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u64).range(2..=32))]
+    pub workers: u64,
+    /// Concurrency of each worker.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub concurrency: u64,
+    /// How long the workers' handler works on one request, in ms.
+    #[arg(long, default_value_t = 50, value_name = "MS")]
+    pub handler_ms: u64,
+    /// Idle time after which a dead worker's requests are taken over, in ms.
+    #[arg(long, default_value_t = 1000, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..))]
+    pub claim_idle: u64,
+    /// Deliveries after which the poison request is dead-lettered.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=10))]
+    pub max_deliveries: u32,
+    /// Always start a throwaway redis-server on a free loopback port, even if one answers
+    /// at --redis.
+    #[arg(long)]
+    pub throwaway_redis: bool,
+    /// Keep the demo queue's keys at the end (to look at them with `pelican stats`).
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// `pelican worker`.
+#[derive(Debug, Clone, Args)]
+pub struct WorkerArgs {
+    /// What to do with each request (JSON in, JSON out): echo, sleep:MS, fail-if:FIELD,
+    /// crash-if:FIELD, or several joined by commas, run in order (e.g. crash-if:poison,sleep:50).
+    #[arg(long, default_value = "echo", value_name = "H")]
+    pub handler: String,
+    /// Requests handled at once.
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// Requests held at once, in work and read ahead (default: --concurrency, so an idle
+    /// worker never waits while a busy one hoards work).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub prefetch: Option<u64>,
+    /// Idle time after which a request held by a worker that stopped renewing its lease
+    /// (it died) is taken over, in ms.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub claim_idle: u64,
+    /// Deliveries after which a request is dead-lettered instead of delivered again.
+    #[arg(long, default_value_t = 5, value_name = "N")]
+    pub max_deliveries: u32,
+    /// How long to wait for requests in work on SIGINT/SIGTERM before releasing them, in ms.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub shutdown_timeout: u64,
+    /// The consumer's name in the group (default: host-pid-random).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Print one line per handled request on stdout (JSON with --json).
+    #[arg(long)]
+    pub verbose: bool,
+    /// Serve metrics in Prometheus text format on this loopback address, e.g. 127.0.0.1:9464.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<SocketAddr>,
+}
+
+/// `pelican call`.
+#[derive(Debug, Clone, Args)]
+pub struct CallArgs {
+    /// Request id of your choosing (the dedup key: calls with the same id share one answer).
+    #[arg(long, value_name = "RID")]
+    pub id: Option<String>,
+    /// Give up after this long, in ms (the request's deadline in the queue, too).
+    #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+    /// Submit as a new request even if an identical one is in flight or cached.
+    #[arg(long)]
+    pub no_dedup: bool,
+    /// The request, as JSON (`-` reads it from stdin).
+    #[arg(value_name = "JSON")]
+    pub request: String,
+}
+
+/// `pelican dead`.
+#[derive(Debug, Clone, Args)]
+pub struct DeadArgs {
+    /// What to do with the dead letters.
+    #[command(subcommand)]
+    pub command: DeadCommand,
+}
+
+/// `pelican dead ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum DeadCommand {
+    /// List dead letters, oldest first: reason, deliveries, last consumer, body preview.
+    List {
+        /// Show at most this many.
+        #[arg(long, default_value_t = 100, value_name = "N")]
+        limit: usize,
+    },
+    /// Put dead letters back on the queue as fresh requests.
+    Requeue {
+        /// Dead-letter ids (from `pelican dead list`).
+        #[arg(
+            value_name = "ID",
+            required_unless_present = "all",
+            conflicts_with = "all"
+        )]
+        ids: Vec<String>,
+        /// Requeue every dead letter.
+        #[arg(long)]
+        all: bool,
+        /// Deadline of the requeued requests, from now, in ms.
+        #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+        timeout: u64,
+    },
+    /// Delete every dead letter.
+    Purge,
+}
+
+/// `pelican bench`: its arguments live with the benchmark.
+pub use crate::bench::BenchArgs;

@@ -1,0 +1,35 @@
+//! What every subcommand needs from the global options: a validated queue
+//! configuration, and a Redis that answers.
+
+use crate::cli::Global;
+use crate::exit::{CliError, CliResult};
+use pelican::QueueConfig;
+
+impl Global {
+    /// The queue's configuration, checked (bad URL or name: exit 2) before anything
+    /// connects.
+    pub fn queue_config(&self) -> CliResult<QueueConfig> {
+        let q = QueueConfig::new(self.redis.clone(), self.queue.clone());
+        q.validate().map_err(|e| match e.kind() {
+            pelican::ErrorKind::Config => CliError::usage(format!(
+                "{} (check --redis / REDIS_URL and --queue / PELICAN_QUEUE)",
+                e.message()
+            )),
+            _ => CliError::from_pelican(&e, &self.redis, &self.queue),
+        })?;
+        Ok(q)
+    }
+
+    /// The queue's configuration, once Redis has answered PING (exit 1 with advice when
+    /// it does not).
+    pub async fn connectable(&self) -> CliResult<QueueConfig> {
+        let q = self.queue_config()?;
+        crate::redis_local::require(&q.url).await?;
+        Ok(q)
+    }
+
+    /// Maps a library error, with advice for this queue.
+    pub fn error(&self, err: &pelican::Error) -> CliError {
+        CliError::from_pelican(err, &self.redis, &self.queue)
+    }
+}

@@ -1,0 +1,155 @@
+//! `pelican bench`: a short run end to end (performance is not asserted), its clean-up,
+//! and its refusals.
+
+use crate::support::*;
+use pelican_testkit::RedisServer;
+
+/// Processes whose command line mentions `needle` (the bench's workers carry the queue).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        if let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) {
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            if cmdline.contains(needle) {
+                found.push(cmdline);
+            }
+        }
+    }
+    found
+}
+
+fn bench(server: &RedisServer, args: &[&str]) -> Out {
+    let mut cmd = pelican();
+    cmd.args(["--redis", &server.url(), "bench"]).args(args);
+    run(cmd)
+}
+
+#[test]
+fn bench_json_checks_every_answer_and_leaves_nothing_behind() {
+    let server = RedisServer::start();
+    let out = bench(
+        &server,
+        &[
+            "--json",
+            "--requests",
+            "2000",
+            "--latency-requests",
+            "200",
+            "--inflight",
+            "100",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.stdout.trim().lines().count(), 1, "one line: {out:?}");
+    assert!(
+        out.stdout.starts_with(r#"{"system":"pelican","version":""#),
+        "{out:?}"
+    );
+    let v = out.json();
+    for field in [
+        "throughput_rps",
+        "tp_p50_ms",
+        "tp_p99_ms",
+        "lat_p50_ms",
+        "lat_p99_ms",
+        "redis_cmds_per_req",
+    ] {
+        assert!(v[field].as_f64().is_some_and(|x| x > 0.0), "{field}: {v}");
+    }
+    assert_eq!(v["dedup"], true, "{v}");
+    assert_eq!(v["requests"], 2000, "{v}");
+    assert_eq!(v["inflight"], 100, "{v}");
+    assert_eq!(v["latency_requests"], 200, "{v}");
+    assert_eq!(v["workers"], 1, "{v}");
+    assert_eq!(v["concurrency"], 64, "{v}");
+    assert_eq!(v["payload_bytes"], 64, "{v}");
+    // warm-up + throughput + latency, every one checked
+    assert_eq!(v["answers_checked"], 1000 + 2000 + 200, "{v}");
+    assert_eq!(v["bad_answers"], 0, "{v}");
+    for role in ["machine", "producer", "worker", "redis", "other"] {
+        assert!(
+            v["tp_cpu_pct"].get(role).is_some(),
+            "tp_cpu_pct.{role}: {v}"
+        );
+    }
+    for at in ["rss_kb_start", "rss_kb_end"] {
+        for role in ["producer", "worker"] {
+            assert!(
+                v[at][role].as_u64().is_some_and(|kb| kb > 0),
+                "{at}.{role}: {v}"
+            );
+        }
+    }
+    assert!(
+        v["redis_cmds"].as_object().is_some_and(|m| !m.is_empty()),
+        "{v}"
+    );
+
+    let queue = v["queue"].as_str().expect("queue name").to_string();
+    assert!(queue.starts_with("bench-"), "{v}");
+    assert_eq!(v["keys_left"], 0, "{v}");
+    let left = server.cli(&["--scan", "--pattern", &format!("*{queue}*")]);
+    assert!(left.trim().is_empty(), "keys of {queue} left: {left}");
+    let workers = processes_mentioning(&queue);
+    assert!(
+        workers.is_empty(),
+        "bench workers still running: {workers:?}"
+    );
+}
+
+#[test]
+fn bench_without_dedup_prints_a_table() {
+    let server = RedisServer::start();
+    let out = bench(
+        &server,
+        &[
+            "--no-dedup",
+            "--requests",
+            "500",
+            "--inflight",
+            "50",
+            "--latency-requests",
+            "50",
+            "--warmup",
+            "100",
+            "--workers",
+            "2",
+            "--concurrency",
+            "8",
+        ],
+    );
+    assert_eq!(out.code, 0, "{out:?}");
+    for want in [
+        "dedup off, 2 worker processes x concurrency 8 (prefetch 16)",
+        "| throughput |",
+        "| latency    |",
+        "Redis per request",
+        "650 answers checked, all right",
+        "none left",
+    ] {
+        assert!(out.stdout.contains(want), "{want:?} in {}", out.stdout);
+    }
+    let left = server.cli(&["--scan", "--pattern", "*bench-*"]);
+    assert!(left.trim().is_empty(), "keys left: {left}");
+}
+
+#[test]
+fn bench_refuses_remote_and_missing_servers() {
+    let out = run({
+        let mut cmd = pelican();
+        cmd.args(["--redis", "redis://192.0.2.1:6379", "bench"]);
+        cmd
+    });
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("loopback"), "{out:?}");
+
+    let url = format!("redis://127.0.0.1:{}", unused_port());
+    let out = run({
+        let mut cmd = pelican();
+        cmd.args(["--redis", &url, "bench", "--json"]);
+        cmd
+    });
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("cannot reach Redis"), "{out:?}");
+    assert!(out.stdout.is_empty(), "{out:?}");
+}

@@ -1,0 +1,12 @@
+//! Integration tests of the `pelican` binary: each test runs the built binary against
+//! its own redis-server (pelican-testkit), never a shared one.
+
+mod support;
+
+mod bench;
+mod dead;
+mod demo;
+mod exit_codes;
+mod metrics;
+mod round_trip;
+mod stats;

@@ -1,0 +1,111 @@
+//! `pelican call` against `pelican worker`: responses, remote errors, timeouts,
+//! graceful shutdown.
+
+use crate::support::*;
+use pelican_testkit::eventually_sync;
+use serde_json::json;
+use std::time::Duration;
+
+#[test]
+fn call_and_worker_round_trip() {
+    let env = Env::new("rt");
+    let worker = env.spawn(&["worker", "--handler", "echo", "--verbose"]);
+    let out = env.run(&["call", r#"{"n": 1, "s": "x"}"#]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json(), json!({"n": 1, "s": "x"}));
+
+    let out = env.run(&["call", "--id", "my-own-id", "--no-dedup", "[1, 2]"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    assert_eq!(out.json(), json!([1, 2]));
+
+    worker.signal(libc::SIGTERM);
+    let w = worker.wait(Duration::from_secs(20));
+    assert_eq!(w.code, 0, "{w:?}");
+    // one line per handled request
+    let lines: Vec<&str> = w.stdout.lines().filter(|l| l.starts_with("ok ")).collect();
+    assert_eq!(lines.len(), 2, "{w:?}");
+    assert!(
+        lines[1].contains("rid=my-own-id") && lines[1].contains("delivery=1"),
+        "{w:?}"
+    );
+    assert!(
+        w.stderr.contains("stopped after handling 2 requests"),
+        "{w:?}"
+    );
+    // a worker that stopped gracefully with nothing in hand leaves the group
+    assert_eq!(env.stats()["consumers"], json!([]));
+}
+
+#[test]
+fn worker_json_lines_carry_the_request() {
+    let env = Env::new("lines");
+    let worker = env.spawn(&["--json", "worker", "--verbose"]);
+    let out = env.run(&["call", "--id", "r-1", r#"{"a": true}"#]);
+    assert_eq!(out.code, 0, "{out:?}");
+    worker.signal(libc::SIGINT);
+    let w = worker.wait(Duration::from_secs(20));
+    assert_eq!(w.code, 0, "{w:?}");
+    let events: Vec<serde_json::Value> = w
+        .stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, ["ready", "handled", "stopped"], "{w:?}");
+    let h = &events[1];
+    assert_eq!(h["rid"], "r-1");
+    assert_eq!(h["delivery"], 1);
+    assert_eq!(h["outcome"], "ok");
+}
+
+#[test]
+fn remote_failure_exits_3() {
+    let env = Env::new("remote");
+    let worker = env.spawn(&["worker", "--handler", "fail-if:bad"]);
+    let out = env.run(&["call", r#"{"bad": true}"#]);
+    assert_eq!(out.code, 3, "{out:?}");
+    assert!(
+        out.stderr
+            .contains(r#"fail-if:bad: the request has "bad": true"#),
+        "{out:?}"
+    );
+    assert!(out.stdout.is_empty(), "{out:?}");
+    let out = env.run(&["call", r#"{"bad": false}"#]);
+    assert_eq!(out.code, 0, "{out:?}");
+    drop(worker);
+}
+
+#[test]
+fn no_worker_means_timeout_exit_4() {
+    let env = Env::new("timeout");
+    let out = env.run(&["call", "--timeout", "300", r#"{"n": 1}"#]);
+    assert_eq!(out.code, 4, "{out:?}");
+    assert!(out.stderr.contains("timeout"), "{out:?}");
+    assert!(
+        out.stderr
+            .contains(&format!("pelican worker --queue {}", env.queue)),
+        "the message says what to do: {out:?}"
+    );
+}
+
+#[test]
+fn graceful_shutdown_finishes_work_in_hand() {
+    let env = Env::new("graceful");
+    let worker = env.spawn(&["worker", "--handler", "sleep:1500"]);
+    let call = env.spawn(&["call", r#"{"slow": 1}"#]);
+    eventually_sync(
+        Duration::from_secs(20),
+        "the worker to take the request",
+        || env.stats()["pending"] == 1,
+    );
+    worker.signal(libc::SIGTERM);
+    let c = call.wait(Duration::from_secs(20));
+    assert_eq!(c.code, 0, "the request in hand is finished: {c:?}");
+    assert_eq!(c.json(), json!({"slow": 1}));
+    let w = worker.wait(Duration::from_secs(20));
+    assert_eq!(w.code, 0, "{w:?}");
+    assert!(w.stderr.contains("stopping"), "{w:?}");
+}
