@@ -290,6 +290,11 @@ impl Admin {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
+        if let Some(bad) = ids.iter().find(|id| !is_stream_id(id)) {
+            return Err(Error::config(format!(
+                "{bad:?} is not a dead-letter id; ids look like 1700000000000-0 (see `pelican dead list`)"
+            )));
+        }
         let sh = &self.shared;
         sh.ensure_group().await?;
         let now = now_ms();
@@ -376,6 +381,19 @@ impl Admin {
             n += d;
         }
         Ok(n)
+    }
+}
+
+/// `<ms>-<seq>`, both decimal.
+fn is_stream_id(id: &str) -> bool {
+    match id.split_once('-') {
+        Some((ms, seq)) => {
+            !ms.is_empty()
+                && !seq.is_empty()
+                && ms.bytes().all(|b| b.is_ascii_digit())
+                && seq.bytes().all(|b| b.is_ascii_digit())
+        }
+        None => false,
     }
 }
 

@@ -133,6 +133,15 @@ where
             writer_tx,
             stop: CancellationToken::new(),
         });
+        // Register the consumer now: Redis 7.0 creates it only at its first delivery, and
+        // an operator should see an idle worker in `pelican stats`.
+        let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
+            .arg("CREATECONSUMER")
+            .arg(&inner.shared.keys.stream)
+            .arg(&inner.shared.keys.group)
+            .arg(&inner.name)
+            .query_async(&mut inner.shared.conn())
+            .await;
         let tasks = TaskSet::new();
         tasks.spawn(writer(inner.clone(), writer_rx));
         tasks.spawn(reader::<Req, Resp, C>(inner.clone(), tx));
@@ -184,8 +193,10 @@ where
             running.spawn(async move {
                 let req = d.take_request();
                 let job = d.job().clone();
-                let work = tokio::spawn(handler(req, job));
-                let r = match work.await {
+                // The handler runs in a task of its own so that a panic is caught; the
+                // guard aborts it if this task is aborted (shutdown timeout).
+                let work = AbortOnDrop(tokio::spawn(handler(req, job)));
+                let r = match work.join().await {
                     Ok(Ok(resp)) => d.respond(&resp).await.map(|_| ()),
                     Ok(Err(HandlerError::Fail(m))) => d.fail(m).await.map(|_| ()),
                     Ok(Err(HandlerError::Retry(m))) => {
@@ -228,7 +239,9 @@ where
 
     /// Stops gracefully: reads nothing new, waits up to `shutdown_timeout` for the
     /// deliveries in hand to be answered, then releases whatever is left so another
-    /// consumer can take it at once, writes every pending outcome and leaves the group.
+    /// consumer can take it at once, and writes every pending outcome. It leaves the
+    /// group if it owns nothing then; otherwise the janitor removes it once the released
+    /// entries have been taken over and `consumer_gc_after` has passed.
     pub async fn shutdown(mut self) -> Result<()> {
         self.inner.stop.cancel();
         // Deliveries read ahead but not handed out are released.
@@ -276,6 +289,21 @@ where
         }
         tracing::debug!(consumer = %self.inner.name, released, "consumer stopped");
         Ok(())
+    }
+}
+
+/// A task handle that aborts the task when dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> AbortOnDrop<T> {
+    async fn join(mut self) -> std::result::Result<T, tokio::task::JoinError> {
+        (&mut self.0).await
+    }
+}
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
