@@ -1,29 +1,50 @@
 -- complete.lua: record the outcomes of a batch of delivered entries (first outcome wins).
 -- KEYS[1] stream   KEYS[2] request prefix   KEYS[3] reply prefix
--- ARGV[1] group   ARGV[2] result ttl (ms)   ARGV[3] reply maxlen
--- ARGV[4..] quintuples: stream id, rid, from (producer), index flag ("1"/"0"), outcome
+-- ARGV[1] group   ARGV[2] result ttl (ms)   ARGV[3] reply maxlen   ARGV[4] now (ms)
+-- ARGV[5..] quintuples: stream id, rid, from (producer), index flag ("1"/"0"), outcome
 -- Reply: one integer per entry: 1 = this outcome was recorded and pushed to the waiters,
---        0 = the entry was no longer pending (finished, cancelled or dead already): dropped.
--- XACK is the gate: it answers 1 only for the first acknowledgement of a pending entry.
+--        0 = the entry was finished, cancelled or dead already: this outcome is dropped.
+-- The gate: for an indexed request, the index value itself (`settle` replaces the
+-- pending state of this entry with the outcome in one SET ... GET; every other way an
+-- entry ends also changes that value); without an index, or when the index expired,
+-- XACK (it answers 1 only for the first acknowledgement of a pending entry).
+-- The winners are then acknowledged and deleted with one XACK and one XDEL, and each
+-- producer gets one reply entry for all its outcomes.
 local stream, reqp, replyp = KEYS[1], KEYS[2], KEYS[3]
-local group, ttl, maxlen = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local out, won = {}, {}
-for i = 4, #ARGV, 5 do
-  if redis.call('XACK', stream, group, ARGV[i]) == 1 then
+local group, ttl, maxlen, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local out, done, acks = {}, {}, {}
+for i = 5, #ARGV, 5 do
+  local sid, rid, from, indexed, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local won, waiters = false, { from }
+  if indexed == '1' and rid ~= '' then
+    local key = reqp .. rid
+    local status, w = settle(key, sid, outcome, ttl, now, ttl)
+    if status == 'won' then
+      won, waiters = true, w
+      acks[#acks + 1] = sid
+    elseif status == 'gone' then
+      if redis.call('XACK', stream, group, sid) == 1 then
+        won = true
+      else
+        redis.call('DEL', key)
+      end
+    end
+  elseif redis.call('XACK', stream, group, sid) == 1 then
+    won = true
+  end
+  if won then
+    done[#done + 1] = sid
+    queue_replies(rid, outcome, waiters)
     out[#out + 1] = 1
-    won[#won + 1] = i
   else
     out[#out + 1] = 0
   end
 end
--- one XDEL for the whole batch
-for j = 1, #won, 500 do
-  local ids = {}
-  for k = j, math.min(j + 499, #won) do ids[#ids + 1] = ARGV[won[k]] end
-  redis.call('XDEL', stream, unpack(ids))
+for j = 1, #acks, 500 do
+  redis.call('XACK', stream, group, unpack(acks, j, math.min(j + 499, #acks)))
 end
-for _, i in ipairs(won) do
-  finish(reqp, replyp, ARGV[i + 1], ARGV[i], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ttl, maxlen)
+for j = 1, #done, 500 do
+  redis.call('XDEL', stream, unpack(done, j, math.min(j + 499, #done)))
 end
 flush_replies(replyp, maxlen)
 return out

@@ -49,7 +49,7 @@ for _, e in ipairs(entries) do
   local dl = tonumber(f['deadline'])
   if dl and dl < now then
     redis.call('XDEL', stream, e[1])
-    finish(reqp, replyp, f['rid'], e[1], f['from'], f['index'], 'Xdeadline passed before any consumer took the request', ttl, maxlen)
+    finish(reqp, f['rid'], e[1], f['from'], f['index'], 'Xdeadline passed before any consumer took the request', ttl, now, ttl)
     expired = expired + 1
   end
 end

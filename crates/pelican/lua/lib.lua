@@ -34,48 +34,69 @@ local function pending_waiters(v)
   return out
 end
 
--- Resolves request `rid` (held by stream entry `sid`) with `outcome` and queues it for
--- every waiting producer (sent by `flush_replies`, which every script calls last).
--- Callers have won the XACK gate for `sid` already, so this is the entry's one outcome.
--- Indexed requests (dedup on): the outcome replaces the pending value only if that
--- value still points at `sid`. Another entry can carry the same rid (a garbage or
--- foreign entry, a requeued dead letter while the rid is in flight again, an entry whose
--- index expired and was submitted afresh); its outcome must neither resolve the request
--- the index tracks nor overwrite an outcome already recorded (first outcome wins).
--- ttl 0 deletes the key instead. Requests without an index have one waiter, `from`,
--- and no stored outcome.
--- Returns the number of producers told.
-local function finish(reqp, replyp, rid, sid, from, indexed, outcome, ttl, maxlen)
-  if rid == nil or rid == '' then return 0 end
-  local waiters = {}
-  if indexed == '1' then
-    local key = reqp .. rid
-    local old = redis.call('GET', key)
-    if old and string.sub(old, 1, #sid + 2) == 'P' .. sid .. ';' then
-      waiters = pending_waiters(old)
-    elseif old then
-      return 0
-    elseif from and from ~= '' then
-      -- the index expired before the work was done; its submitter may still wait
-      waiters[1] = from
-    end
-    if ttl > 0 then
-      redis.call('SET', key, outcome, 'PX', ttl)
-    elseif old then
-      redis.call('DEL', key)
-    end
-  elseif from and from ~= '' then
-    waiters[1] = from
+-- Puts `outcome` in place of the index value at `key` if that value is the pending
+-- state of stream entry `sid`, in one command (SET ... GET). Returns
+--   'won', waiters  it was: replaced; these producers wait for the outcome
+--   'other'         it belongs to another entry (a garbage or foreign entry carrying the
+--                   rid, a requeued dead letter while the rid is in flight again, an
+--                   entry whose index expired and was submitted afresh) or is an outcome
+--                   already recorded: put back as it was (first outcome wins)
+--   'gone'          there was no value (it expired); `outcome` is stored now
+-- ttl 0 deletes the value instead of replacing it.
+local function settle(key, sid, outcome, ttl, now, grace)
+  local old
+  if ttl > 0 then
+    old = redis.call('SET', key, outcome, 'PX', ttl, 'GET')
+  else
+    old = redis.call('GETDEL', key)
   end
+  if not old then return 'gone' end
+  local head = 'P' .. sid .. ';'
+  if string.sub(old, 1, #head) == head then
+    return 'won', pending_waiters(old)
+  end
+  local px = ttl
+  if string.sub(old, 1, 1) == 'P' then
+    local dl = tonumber(string.match(old, '^P[^;]*;([^;]*);')) or now
+    px = math.max(dl - now, 1) + grace
+  end
+  if px <= 0 then px = grace end
+  redis.call('SET', key, old, 'PX', px)
+  return 'other'
+end
+
+-- Queues `outcome` of `rid` for each producer in `waiters` (sent by `flush_replies`,
+-- which every script calls last).
+local function queue_replies(rid, outcome, waiters)
   for _, w in ipairs(waiters) do
-    local flat = replies[w]
-    if not flat then
-      flat = {}
-      replies[w] = flat
+    if w ~= '' then
+      local flat = replies[w]
+      if not flat then
+        flat = {}
+        replies[w] = flat
+      end
+      flat[#flat + 1] = rid
+      flat[#flat + 1] = outcome
     end
-    flat[#flat + 1] = rid
-    flat[#flat + 1] = outcome
   end
+end
+
+-- Resolves request `rid` (held by stream entry `sid`) with `outcome`. Callers have
+-- acknowledged `sid` already (or it was never delivered), so this is the entry's one
+-- outcome. Indexed requests (dedup on) go through `settle`; requests without an index
+-- have one waiter, `from`, and no stored outcome. Returns the number of producers told.
+local function finish(reqp, rid, sid, from, indexed, outcome, ttl, now, grace)
+  if rid == nil or rid == '' then return 0 end
+  local waiters = { from or '' }
+  if indexed == '1' then
+    local status, w = settle(reqp .. rid, sid, outcome, ttl, now, grace)
+    if status == 'won' then
+      waiters = w
+    elseif status == 'other' then
+      return 0
+    end
+  end
+  queue_replies(rid, outcome, waiters)
   return #waiters
 end
 
@@ -113,5 +134,5 @@ local function bury(stream, dead, reqp, replyp, group, sid, flat, reason, delive
   redis.call('XACK', stream, group, sid)
   redis.call('XDEL', stream, sid)
   local f = fields_map(flat)
-  return finish(reqp, replyp, f['rid'], sid, f['from'], f['index'], 'D' .. reason, ttl, maxlen)
+  return finish(reqp, f['rid'], sid, f['from'], f['index'], 'D' .. reason, ttl, tonumber(now), ttl)
 end

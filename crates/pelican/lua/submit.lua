@@ -22,7 +22,7 @@ for i = 7, #ARGV, 3 do
       -- in flight but past its deadline: expire it so this submission starts afresh
       redis.call('XACK', stream, group, sid)
       redis.call('XDEL', stream, sid)
-      finish(reqp, replyp, rid, sid, nil, '1', 'Xdeadline passed before the request was solved', 0, maxlen)
+      finish(reqp, rid, sid, nil, '1', 'Xdeadline passed before the request was solved', 0, now, grace)
       v = nil
     end
   end

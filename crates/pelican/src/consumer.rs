@@ -690,7 +690,8 @@ async fn write_completions(inner: &CInner, jobs: &[Completion]) -> Result<Vec<bo
         .key(&sh.keys.reply_prefix)
         .arg(&sh.keys.group)
         .arg(ms(sh.queue.result_ttl))
-        .arg(sh.queue.reply_maxlen);
+        .arg(sh.queue.reply_maxlen)
+        .arg(now_ms());
     for c in jobs {
         inv.arg(&c.sid)
             .arg(&c.rid)
