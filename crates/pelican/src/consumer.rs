@@ -196,26 +196,30 @@ where
                 // The handler runs in a task of its own so that a panic is caught; the
                 // guard aborts it if this task is aborted (shutdown timeout).
                 let work = AbortOnDrop(tokio::spawn(handler(req, job)));
-                let r = match work.join().await {
+                let result = work.join().await;
+                // The handler slot is free once the handler is done; writing the outcome
+                // holds only the delivery's prefetch slot.
+                drop(permit);
+                let rid = d.job().request_id().to_string();
+                let r = match result {
                     Ok(Ok(resp)) => d.respond(&resp).await.map(|_| ()),
                     Ok(Err(HandlerError::Fail(m))) => d.fail(m).await.map(|_| ()),
                     Ok(Err(HandlerError::Retry(m))) => {
-                        tracing::debug!(rid = %d.job().request_id(), reason = %m, "handler asked for a retry");
+                        tracing::debug!(rid = %rid, reason = %m, "handler asked for a retry");
                         d.retry().await
                     }
                     Ok(Err(HandlerError::RetryAfter(delay, m))) => {
-                        tracing::debug!(rid = %d.job().request_id(), reason = %m, ?delay, "handler asked for a retry");
+                        tracing::debug!(rid = %rid, reason = %m, ?delay, "handler asked for a retry");
                         d.retry_after(delay).await
                     }
                     Err(e) => {
-                        tracing::warn!(rid = %d.job().request_id(), error = %e, "handler panicked; the request is released for redelivery");
+                        tracing::warn!(rid = %rid, error = %e, "handler panicked; the request is released for redelivery");
                         d.retry().await
                     }
                 };
                 if let Err(e) = r {
-                    tracing::warn!(error = %e, "could not record an outcome");
+                    tracing::warn!(rid = %rid, error = %e, "could not record an outcome");
                 }
-                drop(permit);
             });
             // reap finished handlers so the set does not grow
             while running.try_join_next().is_some() {}

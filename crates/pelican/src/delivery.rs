@@ -157,9 +157,11 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             idle_ms: ms(idle),
             ack: Some(tx),
         }));
+        let r = rx
+            .await
+            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?;
         self.permit.take();
-        rx.await
-            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?
+        r
     }
 
     async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
@@ -175,10 +177,13 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             outcome: outcome.encode(),
             ack: Some(tx),
         }));
-        // The slot is free as soon as the answer is handed over.
+        // The prefetch slot is held until the outcome is written: it bounds the work in
+        // this consumer's hands, writes included.
+        let r = rx
+            .await
+            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?;
         self.permit.take();
-        rx.await
-            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?
+        r
     }
 }
 
