@@ -94,13 +94,15 @@ def med(label, key, sub=None):
             vals.append(v)
     return statistics.median(vals) if vals else None
 
-def fmt(v):
+def fmt(v, key=""):
     if v is None:
         return "-"
     if abs(v) >= 1000:
         return f"{v:.0f}"
-    if abs(v) >= 10:
+    if abs(v) >= 10 or key == "tp_cpu_pct":
         return f"{v:.1f}"
+    if key == "redis_cmds_per_req":
+        return f"{v:.2f}"
     return f"{v:.3f}"
 
 rows = [
@@ -122,7 +124,7 @@ table = [["median of " + n + " runs"] + labels + ["dedup/bullmq", "nodedup/bullm
 for name, key, sub in rows:
     b, d, nd = (med(l, key, sub) for l in labels)
     ratio = lambda x: "-" if x is None or not b else f"{x / b:.2f}x"
-    table.append([name, fmt(b), fmt(d), fmt(nd), ratio(d), ratio(nd)])
+    table.append([name, fmt(b, key), fmt(d, key), fmt(nd, key), ratio(d), ratio(nd)])
 widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
 rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
 print(rule)

@@ -47,15 +47,6 @@ const CLEANUP_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// `pelican bench`.
 #[derive(Debug, Clone, Args)]
-#[command(
-    long_about = "Measure throughput and latency with the peer benchmark's workload: one \
-                  producer (this process) and worker processes on a fresh queue; payload \
-                  {\"i\": N, \"data\": \"<64 x>\"}, answer {\"i\": N, \"ok\": true}, every answer \
-                  checked. Warm-up (not measured), throughput (closed loop of --inflight \
-                  lanes), latency (one request at a time). Needs a Redis on this machine \
-                  (--redis, loopback only); the queue's keys are deleted at the end. With \
-                  --json it prints one line of JSON."
-)]
 pub struct BenchArgs {
     /// Requests of the throughput phase.
     #[arg(long, default_value_t = 20_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]

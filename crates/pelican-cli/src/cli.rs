@@ -70,6 +70,13 @@ pub enum Command {
     /// Inspect, requeue or drop dead letters.
     Dead(DeadArgs),
     /// Measure throughput and latency with the BullMQ peer benchmark's workload.
+    ///
+    /// One producer (this process) and --workers worker processes on a fresh queue
+    /// (bench-<pid>-<nanos>; --queue is not used). Payload {"i": N, "data": "<64 x>"},
+    /// answer {"i": N, "ok": true}, every answer checked. Warm-up (not measured),
+    /// throughput (closed loop of --inflight lanes), latency (one request at a time).
+    /// Needs a Redis on this machine (--redis, loopback only); the queue's keys are
+    /// deleted at the end. With --json it prints one line of JSON.
     Bench(BenchArgs),
 }
 

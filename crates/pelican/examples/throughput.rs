@@ -64,6 +64,11 @@ async fn main() -> pelican::Result<()> {
             let p = Producer::<Req, Resp>::connect(q, ProducerConfig::default().with_dedup(dedup))
                 .await?;
             let next = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            // a fresh salt per run: no request is answered from an earlier run's cache
+            let salt = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos();
             let t0 = Instant::now();
             let mut lanes = Vec::new();
             for _ in 0..inflight {
@@ -76,11 +81,11 @@ async fn main() -> pelican::Result<()> {
                             return;
                         }
                         let t0 = Instant::now();
-                        let data = "x".repeat(64);
+                        let data = format!("{salt}{}", "x".repeat(64));
                         let t = p.submit(&Req { i, data }).await.expect("submit");
                         let t1 = t0.elapsed();
                         let r = t.await.expect("call");
-                        if inflight == 1 && i % 200 == 0 {
+                        if inflight == 1 && i.is_multiple_of(200) {
                             eprintln!("ack {:?} total {:?}", t1, t0.elapsed());
                         }
                         assert!(r.ok && r.i == i);

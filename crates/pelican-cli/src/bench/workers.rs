@@ -68,7 +68,7 @@ impl Workers {
                     };
                     return Err(CliError::failure(format!(
                         "the bench worker process {pid} exited during start-up ({}); its \
-                         messages are above",
+                         messages, if any, are above",
                         describe(status)
                     )));
                 }
@@ -155,7 +155,7 @@ impl Workers {
         match self.deaths.recv().await {
             Some((slot, status)) => CliError::failure(format!(
                 "the bench worker process {} exited in the middle of the run ({}); its \
-                 messages are above",
+                 messages, if any, are above",
                 self.live[slot].pid,
                 describe(status)
             )),
@@ -170,13 +170,14 @@ impl Workers {
         for w in &mut self.live {
             // One that exited already (reported by `died`) is not signalled: its pid may
             // belong to another process by now.
-            let gone = w.exited.as_mut().map_or(true, |rx| {
-                !matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty))
-            });
-            if gone {
-                w.exited = None;
-            } else {
+            let running = match w.exited.as_mut() {
+                Some(rx) => matches!(rx.try_recv(), Err(oneshot::error::TryRecvError::Empty)),
+                None => false,
+            };
+            if running {
                 crate::process::signal(w.pid, libc::SIGTERM);
+            } else {
+                w.exited = None;
             }
         }
         let deadline = Instant::now() + STOP_TIMEOUT;
