@@ -5,7 +5,13 @@
 -- ARGV[5] count   ARGV[6] max deliveries   ARGV[7] now (ms)   ARGV[8] result ttl (ms)
 -- ARGV[9] reply maxlen   ARGV[10] dead-letter maxlen   ARGV[11] max body bytes
 -- Reply: { next cursor ("-" when the scan wrapped), claimed entries as XCLAIM returns them,
---          flat list of id, delivery count for the claimed entries, number dead-lettered }
+--          flat list of id, delivery count for the claimed entries, number dead-lettered,
+--          id of the entry claimed for its last delivery ("" if none) }
+-- An entry's last delivery (deliveries = max deliveries - 1 so far) is made alone: it is
+-- claimed only as the one entry of a call, and the consumer runs it with nothing else
+-- in hand. A crashing request takes the other requests of its process down with it,
+-- and each of those crashes counts as one of their deliveries; without this, innocent
+-- requests that kept sharing a process with a poison one would be dead-lettered with it.
 -- XPENDING (with IDLE) comes first so the previous owner and the delivery count are known;
 -- XCLAIM with the same min idle then skips anything renewed in between (it cannot be, the
 -- script is atomic, but the guard costs nothing).
@@ -16,7 +22,7 @@ local ttl, maxlen, dead_maxlen = tonumber(ARGV[8]), ARGV[9], ARGV[10]
 local max_body = tonumber(ARGV[11])
 local pend = redis.call('XPENDING', stream, group, 'IDLE', min_idle, cursor, '+', count)
 if #pend == 0 then return { '-', {}, {}, 0 } end
-local claim, counts, ndead = {}, {}, 0
+local claim, counts, ndead, solo = {}, {}, 0, ''
 for _, e in ipairs(pend) do
   local id, owner, deliveries = e[1], e[2], tonumber(e[4])
   if deliveries >= maxd then
@@ -27,7 +33,10 @@ for _, e in ipairs(pend) do
       'delivered ' .. deliveries .. ' times without an outcome (max_deliveries ' .. maxd .. '); last consumer ' .. owner,
       deliveries, owner, now, ttl, maxlen, dead_maxlen, max_body)
     ndead = ndead + 1
+  elseif solo ~= '' or (deliveries == maxd - 1 and #claim > 0) then
+    -- left for the next call: nothing joins a last delivery
   else
+    if deliveries == maxd - 1 then solo = id end
     claim[#claim + 1] = id
     counts[#counts + 1] = id
     counts[#counts + 1] = deliveries + 1
@@ -39,5 +48,9 @@ if #claim > 0 then
 end
 flush_replies(replyp, maxlen)
 local next_cursor = '-'
-if #pend >= count then next_cursor = '(' .. pend[#pend][1] end
-return { next_cursor, claimed, counts, ndead }
+if solo ~= '' then
+  next_cursor = '(' .. solo
+elseif #pend >= count then
+  next_cursor = '(' .. pend[#pend][1]
+end
+return { next_cursor, claimed, counts, ndead, solo }

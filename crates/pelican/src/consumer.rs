@@ -15,11 +15,13 @@ use crate::metrics;
 use crate::outcome::Outcome;
 use crate::shared::{ms, now_ms, retry_if_dropped, Backoff, Shared};
 use crate::task::TaskSet;
+use futures_util::FutureExt;
 use redis::Value;
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
@@ -49,6 +51,9 @@ pub(crate) struct CInner {
 struct Held {
     lease: CancellationToken,
     lost: bool,
+    /// Its outcome or release has been handed to the writer: the entry may stop being
+    /// pending before the writer reports back, and that is not a lost lease.
+    finishing: bool,
 }
 
 pub(crate) enum WriteJob {
@@ -77,6 +82,16 @@ pub(crate) struct Release {
 
 impl CInner {
     pub(crate) fn send(&self, job: WriteJob) {
+        let sid = match &job {
+            WriteJob::Complete(c) => Some(&c.sid),
+            WriteJob::Release(r) => Some(&r.sid),
+            WriteJob::Flush(_) => None,
+        };
+        if let Some(sid) = sid {
+            if let Some(h) = self.held.lock().unwrap().get_mut(sid) {
+                h.finishing = true;
+            }
+        }
         if let Err(mpsc::error::SendError(job)) = self.writer_tx.send(job) {
             // The writer is gone (consumer dropped): the entry stays pending and is
             // reclaimed after claim_idle.
@@ -193,10 +208,9 @@ where
             running.spawn(async move {
                 let req = d.take_request();
                 let job = d.job().clone();
-                // The handler runs in a task of its own so that a panic is caught; the
-                // guard aborts it if this task is aborted (shutdown timeout).
-                let work = AbortOnDrop(tokio::spawn(handler(req, job)));
-                let result = work.join().await;
+                // A panic is caught here and counts as a failed delivery; aborting this
+                // task (shutdown timeout) drops the handler with it.
+                let result = AssertUnwindSafe(handler(req, job)).catch_unwind().await;
                 // The handler slot is free once the handler is done; writing the outcome
                 // holds only the delivery's prefetch slot.
                 drop(permit);
@@ -212,7 +226,8 @@ where
                         tracing::debug!(rid = %rid, reason = %m, ?delay, "handler asked for a retry");
                         d.retry_after(delay).await
                     }
-                    Err(e) => {
+                    Err(panic) => {
+                        let e = panic_message(&panic);
                         tracing::warn!(rid = %rid, error = %e, "handler panicked; the request is released for redelivery");
                         d.retry().await
                     }
@@ -296,18 +311,14 @@ where
     }
 }
 
-/// A task handle that aborts the task when dropped.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> AbortOnDrop<T> {
-    async fn join(mut self) -> std::result::Result<T, tokio::task::JoinError> {
-        (&mut self.0).await
-    }
-}
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
+/// The message of a caught panic, for the log.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "a panic without a message".to_string()
     }
 }
 
@@ -347,7 +358,7 @@ where
         }
         if cfg.reclaim && Instant::now() >= next_reclaim {
             match reclaim(&inner, &cursor, permits.len()).await {
-                Ok((next, claimed)) => {
+                Ok((next, claimed, solo)) => {
                     if next == "-" {
                         next_reclaim = Instant::now() + cfg.reclaim_interval();
                     }
@@ -356,8 +367,16 @@ where
                         metrics::redelivered(&sh.queue.name, claimed.len() as u64);
                     }
                     for (e, n) in claimed {
-                        let p = permits.pop().expect("claimed at most the free slots");
-                        deliver(&inner, &tx, e, n, p).await;
+                        let mut p = permits.pop().expect("claimed at most the free slots");
+                        let alone = solo.as_deref() == Some(e.id.as_str());
+                        if alone {
+                            // Its last delivery runs alone (see reclaim.lua): it takes
+                            // every slot, so nothing else is read until it is answered.
+                            for other in permits.drain(..) {
+                                p.merge(other);
+                            }
+                        }
+                        deliver(&inner, &tx, e, n, p, alone).await;
                     }
                 }
                 Err(e) => {
@@ -415,7 +434,7 @@ where
                 }
                 for e in entries {
                     let p = permits.pop().expect("read at most the free slots");
-                    deliver(&inner, &tx, e, 1, p).await;
+                    deliver(&inner, &tx, e, 1, p, false).await;
                 }
             }
             Err(e) if e.code() == Some("NOGROUP") => {
@@ -443,12 +462,13 @@ async fn wait_or_stop(inner: &CInner, d: Duration) {
     }
 }
 
-/// One reclaim call: the next cursor and the entries taken over, with delivery counts.
+/// One reclaim call: the next cursor, the entries taken over with their delivery counts,
+/// and the id of the one taken for its last delivery, which must run alone.
 async fn reclaim(
     inner: &CInner,
     cursor: &str,
     count: usize,
-) -> Result<(String, Vec<(RawEntry, u32)>)> {
+) -> Result<(String, Vec<(RawEntry, u32)>, Option<String>)> {
     let sh = &inner.shared;
     let cfg = &inner.config;
     let v: Value = sh
@@ -486,6 +506,10 @@ async fn reclaim(
         .filter_map(|c| Some((entry::string(c.first()?)?, entry::int(c.get(1)?)? as u32)))
         .collect();
     let dead = parts.get(3).and_then(entry::int).unwrap_or(0);
+    let solo = parts
+        .get(4)
+        .and_then(entry::string)
+        .filter(|s| !s.is_empty());
     if dead > 0 {
         tracing::warn!(
             n = dead,
@@ -500,16 +524,19 @@ async fn reclaim(
             (e, n)
         })
         .collect();
-    Ok((next, claimed))
+    Ok((next, claimed, solo))
 }
 
 /// Turns one entry into a delivery, or dead-letters it, or answers it "expired".
+/// `alone`: its last delivery; it is handed out only once every other delivery in hand
+/// has been answered, and holds every slot until it is answered itself.
 async fn deliver<Req, Resp, C>(
     inner: &Arc<CInner>,
     tx: &mpsc::Sender<Delivery<Req, Resp, C>>,
     e: RawEntry,
     deliveries: u32,
-    permit: OwnedSemaphorePermit,
+    mut permit: OwnedSemaphorePermit,
+    alone: bool,
 ) where
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
@@ -545,8 +572,21 @@ async fn deliver<Req, Resp, C>(
         Held {
             lease: lease.clone(),
             lost: false,
+            finishing: false,
         },
     );
+    if alone {
+        // Held (so its lease is renewed) while the work in hand drains.
+        let missing = inner.config.prefetch.saturating_sub(permit.num_permits());
+        if missing > 0 {
+            tokio::select! {
+                rest = inner.slots.clone().acquire_many_owned(missing as u32) => {
+                    permit.merge(rest.expect("never closed"));
+                }
+                _ = inner.stop.cancelled() => {}
+            }
+        }
+    }
     let d = Delivery {
         inner: inner.clone(),
         req: Some(value),
@@ -777,7 +817,7 @@ async fn renew(inner: &CInner) -> Result<()> {
         let mut held = inner.held.lock().unwrap();
         let mut n = 0;
         for sid in lost {
-            if let Some(h) = held.get_mut(&sid) {
+            if let Some(h) = held.get_mut(&sid).filter(|h| !h.finishing) {
                 h.lost = true;
                 h.lease.cancel();
                 n += 1;
