@@ -46,6 +46,15 @@ pub struct Global {
         value_name = "NAME"
     )]
     pub queue: String,
+    /// For rediss:// URLs: trust the CA certificate(s) in this PEM file instead of the
+    /// system's roots (a private CA).
+    #[arg(
+        long = "tls-ca",
+        env = "PELICAN_TLS_CA",
+        global = true,
+        value_name = "FILE"
+    )]
+    pub tls_ca: Option<std::path::PathBuf>,
     /// Print data as JSON (stats, dead letters, worker lines, the demo's summary).
     #[arg(long, global = true)]
     pub json: bool,

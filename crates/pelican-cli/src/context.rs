@@ -9,7 +9,16 @@ impl Global {
     /// The queue's configuration, checked (bad URL or name: exit 2) before anything
     /// connects.
     pub fn queue_config(&self) -> CliResult<QueueConfig> {
-        let q = QueueConfig::new(self.redis.clone(), self.queue.clone());
+        let mut q = QueueConfig::new(self.redis.clone(), self.queue.clone());
+        if let Some(path) = &self.tls_ca {
+            let pem = std::fs::read(path).map_err(|e| {
+                CliError::usage(format!(
+                    "cannot read the CA file {} (--tls-ca / PELICAN_TLS_CA): {e}",
+                    path.display()
+                ))
+            })?;
+            q = q.with_tls_root_ca_pem(pem);
+        }
         q.validate().map_err(|e| match e.kind() {
             pelican::ErrorKind::Config => CliError::usage(format!(
                 "{} (check --redis / REDIS_URL and --queue / PELICAN_QUEUE)",
@@ -24,7 +33,15 @@ impl Global {
     /// it does not).
     pub async fn connectable(&self) -> CliResult<QueueConfig> {
         let q = self.queue_config()?;
-        crate::redis_local::require(&q.url).await?;
+        if q.url.starts_with("rediss://") {
+            // The plain probe knows nothing of the CA; the library's own connection
+            // does (and says what failed: the handshake, the certificate, the server).
+            pelican::Admin::connect(q.clone())
+                .await
+                .map_err(|e| self.error(&e))?;
+        } else {
+            crate::redis_local::require(&q.url).await?;
+        }
         Ok(q)
     }
 

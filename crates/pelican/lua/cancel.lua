@@ -13,7 +13,8 @@ for i = 3, #ARGV, 2 do
     withdrawn = withdrawn + redis.call('XDEL', stream, sid)
   else
     local key = reqp .. rid
-    local v = redis.call('GET', key)
+    local v = redis.pcall('GET', key)
+    if type(v) == 'table' and v.err then v = false end -- a foreign key of another type
     if v and string.sub(v, 1, 1) == 'P' then
       local nv = string.gsub(v, ';' .. string.gsub(producer, '%p', '%%%0') .. ';', ';', 1)
       local head, rest = string.match(nv, '^(P[^;]*;[^;]*;)(.*)$')

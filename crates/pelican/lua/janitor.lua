@@ -41,13 +41,15 @@ else
 end
 trimmed = redis.call('XTRIM', stream, 'MINID', minid)
 
--- 2. expire undelivered entries past their deadline
+-- 2. expire undelivered entries past their deadline. Only well-formed ones: a malformed
+-- entry (no rid, no body, a deadline that is not a number of ms) is left to a consumer,
+-- which dead-letters it with the reason instead of letting it vanish.
 local expired = 0
 local entries = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', scan)
 for _, e in ipairs(entries) do
   local f = fields_map(e[2])
-  local dl = tonumber(f['deadline'])
-  if dl and dl < now then
+  local dl = f['deadline'] and string.match(f['deadline'], '^%d+$') and tonumber(f['deadline'])
+  if dl and dl < now and f['rid'] and f['rid'] ~= '' and f['body'] then
     redis.call('XDEL', stream, e[1])
     finish(reqp, f['rid'], e[1], f['from'], f['index'], 'Xdeadline passed before any consumer took the request', ttl, now, ttl)
     expired = expired + 1

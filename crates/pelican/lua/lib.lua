@@ -46,9 +46,19 @@ end
 local function settle(key, sid, outcome, ttl, now, grace)
   local old
   if ttl > 0 then
-    old = redis.call('SET', key, outcome, 'PX', ttl, 'GET')
+    old = redis.pcall('SET', key, outcome, 'PX', ttl, 'GET')
   else
-    old = redis.call('GETDEL', key)
+    old = redis.pcall('GETDEL', key)
+  end
+  if type(old) == 'table' and old.err then
+    -- Not a string: a foreign client's key, not an index. It must not abort the script
+    -- (a batch's other outcomes would be half recorded): overwrite it, as if it expired.
+    if ttl > 0 then
+      redis.call('SET', key, outcome, 'PX', ttl)
+    else
+      redis.call('DEL', key)
+    end
+    old = false
   end
   if not old then return 'gone' end
   local head = 'P' .. sid .. ';'

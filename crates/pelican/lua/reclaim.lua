@@ -4,14 +4,18 @@
 -- ARGV[1] group   ARGV[2] consumer   ARGV[3] min idle (ms)   ARGV[4] cursor (start id, "-" first)
 -- ARGV[5] count   ARGV[6] max deliveries   ARGV[7] now (ms)   ARGV[8] result ttl (ms)
 -- ARGV[9] reply maxlen   ARGV[10] dead-letter maxlen   ARGV[11] max body bytes
+-- ARGV[12] "1" if the consumer holds nothing (it may take an entry for its last delivery)
 -- Reply: { next cursor ("-" when the scan wrapped), claimed entries as XCLAIM returns them,
 --          flat list of id, delivery count for the claimed entries, number dead-lettered,
---          id of the entry claimed for its last delivery ("" if none) }
+--          id of the entry claimed for its last delivery ("" if none),
+--          number of entries left waiting for their last delivery }
 -- An entry's last delivery (deliveries = max deliveries - 1 so far) is made alone: it is
--- claimed only as the one entry of a call, and the consumer runs it with nothing else
--- in hand. A crashing request takes the other requests of its process down with it,
--- and each of those crashes counts as one of their deliveries; without this, innocent
--- requests that kept sharing a process with a poison one would be dead-lettered with it.
+-- claimed only by a consumer that holds nothing, as the one entry of the call, and the
+-- consumer takes nothing else until it is answered. A crashing request takes the other
+-- requests of its process down with it, and each of those crashes counts as one of their
+-- deliveries; without this, innocent requests that kept sharing a process with a poison
+-- one would be dead-lettered with it. A consumer told that entries wait stops reading,
+-- lets its work in hand finish, and scans again with nothing in hand.
 -- XPENDING (with IDLE) comes first so the previous owner and the delivery count are known;
 -- XCLAIM with the same min idle then skips anything renewed in between (it cannot be, the
 -- script is atomic, but the guard costs nothing).
@@ -20,9 +24,10 @@ local group, consumer, min_idle, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local count, maxd, now = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
 local ttl, maxlen, dead_maxlen = tonumber(ARGV[8]), ARGV[9], ARGV[10]
 local max_body = tonumber(ARGV[11])
+local idle = ARGV[12] == '1'
 local pend = redis.call('XPENDING', stream, group, 'IDLE', min_idle, cursor, '+', count)
-if #pend == 0 then return { '-', {}, {}, 0 } end
-local claim, counts, ndead, solo = {}, {}, 0, ''
+if #pend == 0 then return { '-', {}, {}, 0, '', 0 } end
+local claim, counts, ndead, solo, waiting = {}, {}, 0, '', 0
 for _, e in ipairs(pend) do
   local id, owner, deliveries = e[1], e[2], tonumber(e[4])
   if deliveries >= maxd then
@@ -33,7 +38,10 @@ for _, e in ipairs(pend) do
       'delivered ' .. deliveries .. ' times without an outcome (max_deliveries ' .. maxd .. '); last consumer ' .. owner,
       deliveries, owner, now, ttl, maxlen, dead_maxlen, max_body)
     ndead = ndead + 1
-  elseif solo ~= '' or (deliveries == maxd - 1 and #claim > 0) then
+  elseif deliveries == maxd - 1 and (not idle or solo ~= '' or #claim > 0) then
+    -- its last delivery waits for a consumer with nothing in hand
+    waiting = waiting + 1
+  elseif solo ~= '' then
     -- left for the next call: nothing joins a last delivery
   else
     if deliveries == maxd - 1 then solo = id end
@@ -53,4 +61,4 @@ if solo ~= '' then
 elseif #pend >= count then
   next_cursor = '(' .. pend[#pend][1]
 end
-return { next_cursor, claimed, counts, ndead, solo }
+return { next_cursor, claimed, counts, ndead, solo, waiting }

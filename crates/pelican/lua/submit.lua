@@ -15,7 +15,9 @@ local out = {}
 for i = 7, #ARGV, 3 do
   local rid, deadline, body = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
   local key = reqp .. rid
-  local v = redis.call('GET', key)
+  local v = redis.pcall('GET', key)
+  -- not a string: a foreign client's key, not ours; the SET below replaces it
+  if type(v) == 'table' and v.err then v = false end
   if v and string.sub(v, 1, 1) == 'P' then
     local sid, dl = string.match(v, '^P([^;]*);([^;]*);')
     if tonumber(dl) and tonumber(dl) < now then

@@ -357,8 +357,10 @@ where
             }
         }
         if cfg.reclaim && Instant::now() >= next_reclaim {
-            match reclaim(&inner, &cursor, permits.len()).await {
-                Ok((next, claimed, solo)) => {
+            // Nothing in hand: it may take a request for its last delivery, alone.
+            let idle = permits.len() + inner.slots.available_permits() >= cfg.prefetch;
+            match reclaim(&inner, &cursor, permits.len(), idle).await {
+                Ok((next, claimed, solo, waiting_alone)) => {
                     if next == "-" {
                         next_reclaim = Instant::now() + cfg.reclaim_interval();
                     }
@@ -377,6 +379,21 @@ where
                             }
                         }
                         deliver(&inner, &tx, e, n, p, alone).await;
+                    }
+                    if waiting_alone && solo.is_none() && !idle {
+                        // A request waits for its last delivery, which only a consumer
+                        // with nothing in hand may take: become one. Claiming it first
+                        // and draining after would let a crash caused by the work in
+                        // hand use up that last delivery. Nothing new is read meanwhile;
+                        // then the scan starts over.
+                        let missing = cfg.prefetch.saturating_sub(permits.len());
+                        tokio::select! {
+                            all = inner.slots.clone().acquire_many_owned(missing as u32) => drop(all),
+                            _ = inner.stop.cancelled() => return,
+                        }
+                        cursor = "-".to_string();
+                        next_reclaim = Instant::now();
+                        continue;
                     }
                 }
                 Err(e) => {
@@ -462,13 +479,14 @@ async fn wait_or_stop(inner: &CInner, d: Duration) {
     }
 }
 
-/// One reclaim call: the next cursor, the entries taken over with their delivery counts,
-/// and the id of the one taken for its last delivery, which must run alone.
-async fn reclaim(
-    inner: &CInner,
-    cursor: &str,
-    count: usize,
-) -> Result<(String, Vec<(RawEntry, u32)>, Option<String>)> {
+/// The next cursor, the entries taken over with their delivery counts, the id of the one
+/// taken for its last delivery (which must run alone), and whether an entry was left
+/// waiting for its last delivery.
+type Reclaimed = (String, Vec<(RawEntry, u32)>, Option<String>, bool);
+
+/// One reclaim call. `idle`: the consumer holds nothing, so it may take an entry for
+/// its last delivery.
+async fn reclaim(inner: &CInner, cursor: &str, count: usize, idle: bool) -> Result<Reclaimed> {
     let sh = &inner.shared;
     let cfg = &inner.config;
     let v: Value = sh
@@ -489,6 +507,7 @@ async fn reclaim(
         .arg(sh.queue.reply_maxlen)
         .arg(sh.queue.dead_maxlen)
         .arg(sh.queue.max_body_bytes)
+        .arg(if idle { "1" } else { "0" })
         .invoke_async(&mut sh.conn())
         .await
         .map_err(|e| Error::redis("reclaiming idle entries", e))?;
@@ -524,7 +543,8 @@ async fn reclaim(
             (e, n)
         })
         .collect();
-    Ok((next, claimed, solo))
+    let waiting_alone = parts.get(5).and_then(entry::int).unwrap_or(0) > 0;
+    Ok((next, claimed, solo, waiting_alone))
 }
 
 /// Turns one entry into a delivery, or dead-letters it, or answers it "expired".

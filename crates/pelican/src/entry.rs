@@ -110,6 +110,10 @@ impl Request {
             .filter(|r| !r.is_empty())
             .ok_or("entry has no valid 'rid' field")?
             .to_string();
+        // The rules a producer's ids follow; anything else was written by someone else,
+        // and an id becomes part of a key name.
+        crate::config::validate_request_id(&rid)
+            .map_err(|e| format!("entry has an invalid 'rid' field: {}", e.message()))?;
         let from = e.get_str("from").unwrap_or("").to_string();
         let indexed = e.get("index") == Some(b"1");
         let deadline_ms = e

@@ -1,0 +1,391 @@
+//! Fault 7, least privilege and transport security: the core scenario (two worker
+//! processes, this process as producer, a worker SIGKILLed mid-run, a poison request
+//! dead-lettered, `pelican stats` and `pelican dead list`) runs
+//!
+//! - as an ACL user allowed only the `pelican:*` keys and the commands pelican needs
+//!   ([`ACL_RULES`], the line README.md documents), with nothing denied in the ACL log,
+//!   while that user cannot touch any other key or run any other command;
+//! - over `rediss://`, with a CA made by the `openssl` command at test time and given
+//!   to the workers with `--tls-ca` (env `PELICAN_TLS_CA`) and to the producer with
+//!   `QueueConfig::with_tls_root_ca_pem`.
+
+use crate::common::*;
+use pelican::{Admin, QueueConfig};
+use pelican_testkit::{unique_name, RedisServer};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// The rules of the least-privilege user, after `ACL SETUSER <name> on ><password>`.
+/// README.md ("Running with least privilege") shows the same line.
+pub const ACL_RULES: &str = "resetkeys ~pelican:* resetchannels -@all \
+    +ping +evalsha +script|load \
+    +get +set +getdel +append +del +exists +mget +pexpire +scan \
+    +xadd +xack +xdel +xclaim +xpending +xrange +xlen +xtrim +xinfo +xgroup +xread +xreadgroup";
+
+const N: u64 = 2_000;
+const POISON_AT: u64 = 500;
+const KILL_AT: u64 = 1_000;
+
+fn poison(i: u64) -> bool {
+    i == POISON_AT
+}
+
+/// Where the core scenario connects.
+struct Target {
+    /// What the workers and the producer use.
+    url: String,
+    /// Extra environment of the workers and `pelican` commands (`PELICAN_TLS_CA`).
+    env: Vec<(String, String)>,
+    /// The CA for the producer and the admin handle.
+    ca: Option<Vec<u8>>,
+    /// A plain, privileged URL for the checks afterwards.
+    check_url: String,
+}
+
+impl Target {
+    fn queue(&self, name: &str) -> QueueConfig {
+        let mut q = queue_config(&self.url, name);
+        if let Some(ca) = &self.ca {
+            q = q.with_tls_root_ca_pem(ca.clone());
+        }
+        q
+    }
+
+    fn pelican(&self, queue: &str, args: &[&str]) -> std::process::Output {
+        Command::new(BIN)
+            .env_remove("REDIS_URL")
+            .env_remove("PELICAN_QUEUE")
+            .env_remove("PELICAN_TLS_CA")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
+            .args(["--redis", &self.url, "--queue", queue, "--json"])
+            .args(args)
+            .output()
+            .expect("run pelican")
+    }
+}
+
+/// The core scenario; returns its summary.
+async fn core(fault: &str, t: &Target) -> Summary {
+    let queue = unique_name("core");
+    let mut spec = WorkerSpec::new(&t.url, &queue)
+        .handler("crash-if:poison,sleep:10")
+        .concurrency(32)
+        .claim_idle(800)
+        .max_deliveries(2);
+    spec.env = t.env.clone();
+    let mut fleet = Fleet::start(spec, 2).await;
+    let timeout = Duration::from_secs(60);
+    let p = producer(t.queue(&queue), timeout).await;
+    let progress = Progress::default();
+    let mut load = LoadSpec::new("core", N, 200, timeout);
+    load.poison = poison;
+    let task = tokio::spawn(drive(p.clone(), load, progress.clone()));
+    let started = Instant::now();
+    let mut rng = Rng::new(fault);
+    let mut killed = false;
+    while !task.is_finished() {
+        fleet.replace_crashed();
+        if !killed && progress.get() >= KILL_AT {
+            fleet.kill_one(&mut rng);
+            killed = true;
+        }
+        // polling the fleet and the load's progress
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let report = task.await.expect("load task");
+    let duration = started.elapsed();
+    eprintln!("{fault}: {}", report.one_line());
+    fleet.replace_crashed();
+
+    // The operator's tools work with the same rights.
+    let stats = t.pelican(&queue, &["stats"]);
+    assert!(
+        stats.status.success(),
+        "pelican stats: {}",
+        String::from_utf8_lossy(&stats.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats JSON");
+    assert_eq!(stats["dead_letters"], 1, "{stats}");
+    let dead = t.pelican(&queue, &["dead", "list"]);
+    assert!(
+        dead.status.success(),
+        "pelican dead list: {}",
+        String::from_utf8_lossy(&dead.stderr)
+    );
+    let admin = Admin::connect(t.queue(&queue)).await.expect("admin");
+    let letters = admin.dead_letters(10).await.expect("dead letters");
+    assert_eq!(letters.len(), 1, "{letters:?}");
+    assert_eq!(
+        letters[0].rid.as_deref(),
+        report.poison_rids.first().map(String::as_str)
+    );
+
+    fleet.stop().await;
+    p.shutdown().await.expect("producer shutdown");
+    let reruns = fleet.log.lock().unwrap().redelivered;
+    let left = assert_only_outcomes_remain(&t.check_url, &queue, true).await;
+
+    assert_eq!(report.ok, N - 1, "{}", report.one_line());
+    assert_eq!(report.poison_dead, 1, "{}", report.one_line());
+    assert_eq!(report.lost() + report.hung + report.resolved_twice, 0);
+    assert!(fleet.kills == 1 && fleet.crashes >= 2);
+
+    let mut s = Summary::new(
+        fault,
+        "2 workers x 32, handler crash-if:poison,sleep:10, 200 in flight, 1 SIGKILL, 1 poison (max_deliveries 2)",
+    );
+    s.duration = duration;
+    s.requests = N;
+    s.lost = report.lost();
+    s.hung = report.hung;
+    s.duplicates = report.wrong + report.resolved_twice;
+    s.reruns = reruns;
+    s.set("cached_outcomes_left", left.outcomes);
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_scenario_as_a_least_privilege_acl_user() {
+    let _one_at_a_time = serial().await;
+    let server = RedisServer::start();
+    let setuser = format!("ACL SETUSER pelican on >s3cret {ACL_RULES}");
+    let args: Vec<&str> = setuser.split_whitespace().collect();
+    assert_eq!(server.cli(&args), "OK");
+    let url = format!("redis://pelican:s3cret@127.0.0.1:{}", server.port());
+    let t = Target {
+        url: url.clone(),
+        env: Vec::new(),
+        ca: None,
+        check_url: server.url(),
+    };
+    let readme = include_str!("../../../../README.md");
+    assert!(
+        readme.contains(&format!("ACL SETUSER pelican on >CHANGE-ME {ACL_RULES}\n")),
+        "README.md must show the ACL line this test checks"
+    );
+    let s = core("core scenario as a least-privilege ACL user", &t).await;
+
+    // Nothing pelican did was denied...
+    let log = server.cli(&["ACL", "LOG"]);
+    assert!(log.is_empty(), "ACL LOG is not empty:\n{log}");
+    // ...and the user can do nothing outside its keys and commands.
+    let mut c = raw_conn(&url).await.expect("connect as the ACL user");
+    let _: () = redis::cmd("SET")
+        .arg("pelican:{mine}:ok")
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .expect("its own keys are allowed");
+    for cmd in [
+        vec!["SET", "other:key", "1"],
+        vec!["GET", "other:key"],
+        vec!["DEL", "other:key"],
+        vec!["XADD", "other:stream", "*", "a", "b"],
+        vec!["KEYS", "*"],
+        vec!["FLUSHALL"],
+        vec!["CONFIG", "GET", "*"],
+        vec!["EVAL", "return 1", "0"],
+        vec!["SCRIPT", "FLUSH"],
+        vec!["SHUTDOWN"],
+        vec!["ACL", "WHOAMI"],
+        vec!["PUBLISH", "chan", "x"],
+    ] {
+        let mut rc = redis::cmd(cmd[0]);
+        for a in &cmd[1..] {
+            rc.arg(*a);
+        }
+        let r: redis::RedisResult<redis::Value> = rc.query_async(&mut c).await;
+        let e = r.expect_err(&format!("{cmd:?} must be denied"));
+        assert!(
+            e.to_string().contains("NOPERM") || e.to_string().contains("permission"),
+            "{cmd:?}: {e}"
+        );
+    }
+    // A script cannot reach other keys either.
+    let sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg("return redis.call('GET', KEYS[1])")
+        .query_async(&mut c)
+        .await
+        .expect("SCRIPT LOAD");
+    let r: redis::RedisResult<redis::Value> = redis::cmd("EVALSHA")
+        .arg(&sha)
+        .arg(1)
+        .arg("other:key")
+        .query_async(&mut c)
+        .await;
+    assert!(r.is_err(), "a script read another key: {r:?}");
+    assert_eq!(server.cli(&["EXISTS", "other:key"]), "0");
+    s.emit();
+}
+
+/// A CA and a server certificate for 127.0.0.1 and localhost, made with `openssl` in a
+/// temporary directory (removed on Drop).
+struct TestCa {
+    dir: PathBuf,
+}
+
+impl TestCa {
+    fn new() -> TestCa {
+        let dir = std::env::temp_dir().join(unique_name("pelican-tls"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ca = TestCa { dir };
+        let ext = ca.path("server.ext");
+        std::fs::write(
+            &ext,
+            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
+        )
+        .unwrap();
+        let curve = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        ca.openssl(
+            &[
+                &["req", "-x509"][..],
+                &curve,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.crt",
+                    "-days",
+                    "2",
+                    "-subj",
+                    "/CN=pelican test CA",
+                ],
+            ]
+            .concat(),
+        );
+        ca.openssl(
+            &[
+                &["req"][..],
+                &curve,
+                &[
+                    "-keyout",
+                    "server.key",
+                    "-out",
+                    "server.csr",
+                    "-subj",
+                    "/CN=localhost",
+                ],
+            ]
+            .concat(),
+        );
+        ca.openssl(&[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ]);
+        ca
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.join(name)
+    }
+
+    fn openssl(&self, args: &[&str]) {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .unwrap_or_else(|e| {
+                panic!("the openssl command is needed to make the test CA and was not found: {e}")
+            });
+        assert!(
+            out.status.success(),
+            "openssl {}: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+impl Drop for TestCa {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn path_str(p: &Path) -> String {
+    p.to_str().expect("UTF-8 path").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn core_scenario_over_tls_with_a_private_ca() {
+    let _one_at_a_time = serial().await;
+    let ca = TestCa::new();
+    let tls_port = free_port();
+    // The plain port stays open for the testkit's readiness probe and for the checks;
+    // pelican uses only the TLS port.
+    let server = RedisServer::builder()
+        .arg("--tls-port")
+        .arg(tls_port.to_string())
+        .arg("--tls-cert-file")
+        .arg(path_str(&ca.path("server.crt")))
+        .arg("--tls-key-file")
+        .arg(path_str(&ca.path("server.key")))
+        .arg("--tls-ca-cert-file")
+        .arg(path_str(&ca.path("ca.crt")))
+        .arg("--tls-auth-clients")
+        .arg("no")
+        .start();
+    let pem = std::fs::read(ca.path("ca.crt")).unwrap();
+    let url = format!("rediss://127.0.0.1:{tls_port}");
+
+    // Without the CA the handshake fails, with a clear error.
+    let e = match pelican::Producer::<serde_json::Value, serde_json::Value>::connect(
+        queue_config(&url, "no-ca"),
+        pelican::ProducerConfig::default(),
+    )
+    .await
+    {
+        Ok(_) => panic!("a TLS connection without the CA succeeded"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), pelican::ErrorKind::Redis, "{e}");
+    let t = Target {
+        url,
+        env: vec![("PELICAN_TLS_CA".into(), path_str(&ca.path("ca.crt")))],
+        ca: Some(pem),
+        check_url: server.url(),
+    };
+    let no_ca = Command::new(BIN)
+        .args(["--redis", &t.url, "stats"])
+        .env_remove("PELICAN_TLS_CA")
+        .output()
+        .unwrap();
+    assert!(
+        !no_ca.status.success(),
+        "pelican stats without the CA succeeded"
+    );
+    let s = core("core scenario over rediss:// (TLS, private CA)", &t).await;
+    // The server saw TLS clients only: its TLS port accepted them.
+    let info = server.cli(&["INFO", "stats"]);
+    assert!(info.contains("total_connections_received"), "{info}");
+    s.emit();
+}

@@ -1,0 +1,166 @@
+//! What must be left of a queue in Redis once its work is done (the memory check every
+//! scenario ends with), and reading Redis' own figures.
+
+#![allow(dead_code)]
+
+use crate::common::PREFIX;
+use crate::spy::raw_conn;
+use redis::aio::MultiplexedConnection;
+use redis::Value;
+
+/// `INFO` field as a number.
+pub async fn info_number(conn: &mut MultiplexedConnection, section: &str, field: &str) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .find_map(|l| l.strip_prefix(&format!("{field}:")))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("INFO {section} has no numeric {field}"))
+}
+
+/// What is left of a queue in Redis once its work is done.
+#[derive(Debug, Default)]
+pub struct Leftovers {
+    /// Cached outcomes (`req:` keys that hold an outcome and expire within result_ttl).
+    pub outcomes: u64,
+    /// Dead letters.
+    pub dead: u64,
+    /// Consumers still in the group (SIGKILLed workers stay until consumer_gc_after).
+    pub consumers: u64,
+    /// Keys that must not be there, with why.
+    pub bad: Vec<String>,
+}
+
+/// Checks that only cached outcomes with a TTL (plus the empty request stream, the
+/// janitor's lock and, if `dead_allowed`, the dead-letter stream) remain of `queue`.
+pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers {
+    let mut c = raw_conn(url).await.expect("raw connection");
+    let base = format!("{PREFIX}:{{{queue}}}");
+    let mut keys = Vec::new();
+    let mut cursor = 0u64;
+    loop {
+        let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(format!("{base}:*"))
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(&mut c)
+            .await
+            .expect("SCAN");
+        keys.extend(batch);
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    let mut out = Leftovers::default();
+    let req = format!("{base}:req:");
+    for chunk in keys.chunks(500) {
+        let mut pipe = redis::pipe();
+        for k in chunk {
+            pipe.cmd("TYPE").arg(k).cmd("PTTL").arg(k);
+        }
+        let types: Vec<Value> = pipe.query_async(&mut c).await.expect("TYPE/PTTL");
+        let mut firsts = redis::pipe();
+        let mut strings = Vec::new();
+        for (k, tv) in chunk.iter().zip(types.chunks(2)) {
+            let ty = match &tv[0] {
+                Value::SimpleString(s) => s.clone(),
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                other => format!("{other:?}"),
+            };
+            let ttl = match &tv[1] {
+                Value::Int(i) => *i,
+                _ => -3,
+            };
+            if ty == "none" {
+                // expired between SCAN and TYPE
+                continue;
+            }
+            if k.starts_with(&req) {
+                if ty != "string" {
+                    out.bad.push(format!("{k}: a {ty}"));
+                } else if ttl <= 0 || ttl > 300_000 {
+                    out.bad.push(format!("{k}: ttl {ttl} ms"));
+                } else {
+                    firsts.cmd("GETRANGE").arg(k).arg(0).arg(0);
+                    strings.push(k.clone());
+                }
+            } else if *k == format!("{base}:stream") {
+                let len: u64 = redis::cmd("XLEN").arg(k).query_async(&mut c).await.unwrap();
+                let pend: Value = redis::cmd("XPENDING")
+                    .arg(k)
+                    .arg("pelican")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                let pending = match &pend {
+                    Value::Array(a) => match a.first() {
+                        Some(Value::Int(n)) => *n,
+                        _ => -1,
+                    },
+                    _ => -1,
+                };
+                if len != 0 || pending != 0 {
+                    out.bad
+                        .push(format!("{k}: {len} entries, {pending} pending"));
+                }
+                let cs: Value = redis::cmd("XINFO")
+                    .arg("CONSUMERS")
+                    .arg(k)
+                    .arg("pelican")
+                    .query_async(&mut c)
+                    .await
+                    .unwrap();
+                if let Value::Array(a) = cs {
+                    out.consumers = a.len() as u64;
+                }
+            } else if *k == format!("{base}:dead") {
+                out.dead = redis::cmd("XLEN").arg(k).query_async(&mut c).await.unwrap();
+                if !dead_allowed {
+                    out.bad.push(format!("{k}: {} dead letters", out.dead));
+                }
+            } else if *k == format!("{base}:janitor") {
+                if ttl <= 0 {
+                    out.bad.push(format!("{k}: janitor lock without a ttl"));
+                }
+            } else {
+                out.bad.push(format!("{k}: a {ty} (ttl {ttl} ms)"));
+            }
+        }
+        if !strings.is_empty() {
+            let firsts: Vec<Vec<u8>> = firsts.query_async(&mut c).await.expect("GETRANGE");
+            for (k, f) in strings.iter().zip(firsts) {
+                match f.first() {
+                    Some(b'O' | b'E' | b'D' | b'X' | b'C') => out.outcomes += 1,
+                    _ => out.bad.push(format!(
+                        "{k}: not an outcome ({:?}...)",
+                        String::from_utf8_lossy(&f)
+                    )),
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The memory check every scenario ends with: nothing but cached outcomes (and the
+/// empty stream, the janitor lock and, where expected, dead letters) remains.
+pub async fn assert_only_outcomes_remain(url: &str, queue: &str, dead_allowed: bool) -> Leftovers {
+    let l = leftovers(url, queue, dead_allowed).await;
+    assert!(
+        l.bad.is_empty(),
+        "keys left behind by queue {queue}:\n{}",
+        l.bad
+            .iter()
+            .take(30)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    l
+}
