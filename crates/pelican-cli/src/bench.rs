@@ -121,7 +121,7 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
     }
     let result = tokio::select! {
         r = bench.measure() => r,
-        _ = interrupted() => Err(CliError::failure(
+        _ = crate::process::interrupted() => Err(CliError::failure(
             "interrupted: stopped the bench workers and removed the queue's keys",
         )),
     };
@@ -157,22 +157,6 @@ fn progress_bar(json: bool) -> ProgressBar {
             .progress_chars("=> "),
     );
     bar
-}
-
-async fn interrupted() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut i), Ok(mut t)) => {
-            tokio::select! {
-                _ = i.recv() => {}
-                _ = t.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
 }
 
 /// One run: what it started, so that everything is stopped and removed whatever happens.

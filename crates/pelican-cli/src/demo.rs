@@ -103,7 +103,7 @@ pub async fn run(g: &Global, args: &DemoArgs) -> CliResult {
     };
     let result = tokio::select! {
         r = demo.play(started) => r,
-        _ = interrupted() => Err(CliError::failure(
+        _ = crate::process::interrupted() => Err(CliError::failure(
             "interrupted: stopped the demo's workers and removed its keys",
         )),
     };
@@ -170,21 +170,6 @@ async fn redis_for_demo(
     }
 }
 
-async fn interrupted() {
-    use tokio::signal::unix::{signal, SignalKind};
-    match (
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::terminate()),
-    ) {
-        (Ok(mut i), Ok(mut t)) => {
-            tokio::select! {
-                _ = i.recv() => {}
-                _ = t.recv() => {}
-            }
-        }
-        _ => std::future::pending().await,
-    }
-}
 struct Demo {
     args: DemoArgs,
     queue: QueueConfig,

@@ -39,3 +39,20 @@ pub fn signal_name(sig: i32) -> String {
         n => format!("signal {n}"),
     }
 }
+
+/// Resolves at the first SIGINT or SIGTERM (never, if the handlers cannot be installed).
+pub async fn interrupted() {
+    use tokio::signal::unix::{signal, SignalKind};
+    match (
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::terminate()),
+    ) {
+        (Ok(mut i), Ok(mut t)) => {
+            tokio::select! {
+                _ = i.recv() => {}
+                _ = t.recv() => {}
+            }
+        }
+        _ => std::future::pending().await,
+    }
+}
