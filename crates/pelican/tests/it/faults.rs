@@ -53,9 +53,15 @@ async fn requests_in_flight_complete_across_dropped_connections() {
         let t = p.submit(&Req::new(i, "cut")).await.unwrap();
         tickets.spawn(async move { (i, t.await) });
     }
-    for _ in 0..3 {
-        // fault injection at intervals, not synchronization
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    // Each cut comes while work is in flight: after a quarter, half and three quarters
+    // of the requests have started.
+    for started in [25, 50, 75] {
+        let runs = runs.clone();
+        pelican_testkit::eventually(Duration::from_secs(20), "requests to start", move || {
+            let runs = runs.clone();
+            async move { runs.total() >= started }
+        })
+        .await;
         proxy.cut_all();
     }
     within(
