@@ -19,6 +19,10 @@ struct Resp {
     ok: bool,
 }
 
+thread_local! {
+    static LAT: std::cell::RefCell<Vec<(u128, u128)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> pelican::Result<()> {
     let args: Vec<String> = std::env::args().collect();
@@ -85,8 +89,11 @@ async fn main() -> pelican::Result<()> {
                         let t = p.submit(&Req { i, data }).await.expect("submit");
                         let t1 = t0.elapsed();
                         let r = t.await.expect("call");
-                        if inflight == 1 && i.is_multiple_of(200) {
-                            eprintln!("ack {:?} total {:?}", t1, t0.elapsed());
+                        if inflight == 1 {
+                            LAT.with(|l| {
+                                l.borrow_mut()
+                                    .push((t1.as_micros(), t0.elapsed().as_micros()))
+                            });
                         }
                         assert!(r.ok && r.i == i);
                     }
@@ -96,6 +103,22 @@ async fn main() -> pelican::Result<()> {
                 l.await.unwrap();
             }
             let secs = t0.elapsed().as_secs_f64();
+            LAT.with(|l| {
+                let mut v = l.borrow_mut();
+                if !v.is_empty() {
+                    let mut acks: Vec<u128> = v.iter().map(|x| x.0).collect();
+                    v.sort_by_key(|x| x.1);
+                    acks.sort();
+                    let n = v.len();
+                    println!(
+                        "seq p50 {}us p90 {}us p99 {}us; ack p50 {}us",
+                        v[n / 2].1,
+                        v[n * 9 / 10].1,
+                        v[n * 99 / 100].1,
+                        acks[n / 2]
+                    );
+                }
+            });
             println!("{n} requests in {secs:.3}s = {:.0} req/s", n as f64 / secs);
             Ok(())
         }

@@ -550,18 +550,25 @@ type Answers = Result<Vec<Vec<u8>>>;
 
 async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     let sh = &inner.shared;
+    let now = now_ms();
+    // The index outlives the deadline by the result ttl (see submit.lua).
+    let grace = ms(sh.queue.result_ttl);
     let mut inv = sh.scripts.submit.prepare_invoke();
     inv.key(&sh.keys.stream)
         .key(&sh.keys.req_prefix)
         .key(&sh.keys.reply_prefix)
-        .arg(now_ms())
+        .arg(now)
         .arg(&inner.id)
-        .arg(ms(sh.queue.result_ttl))
+        .arg(grace)
         .arg(&sh.keys.group)
-        .arg(ms(sh.queue.result_ttl))
+        .arg(grace)
         .arg(sh.queue.reply_maxlen);
     for j in jobs {
-        inv.arg(&j.rid).arg(j.deadline_ms).arg(j.body.as_slice());
+        let index_ttl = j.deadline_ms.saturating_sub(now).max(1) + grace;
+        inv.arg(&j.rid)
+            .arg(j.deadline_ms)
+            .arg(index_ttl)
+            .arg(j.body.as_slice());
     }
     // Idempotent per rid (a repeat joins the first attempt's request or reads its
     // outcome), so it may be sent again after a dropped connection.
@@ -740,6 +747,10 @@ async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: String) {
                     }
                     if !entries.is_empty() {
                         inner.last_reply_id.lock().unwrap().clone_from(&last_id);
+                        drop(inner);
+                        // Let the woken callers run first: a request submitted in answer
+                        // to this outcome goes out before the next read.
+                        tokio::task::yield_now().await;
                     }
                 }
                 Err(e) => {
