@@ -62,6 +62,30 @@ pub struct Global {
     /// RUST_LOG=... takes any tracing filter when -v is not given).
     #[arg(short = 'v', action = clap::ArgAction::Count, global = true)]
     pub log: u8,
+    /// Queue-wide settings; every process of a queue should use the same values.
+    #[command(flatten)]
+    pub settings: QueueSettings,
+}
+
+/// Queue-wide settings (the library's `QueueConfig`); unset means the library's default.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Queue settings (the same for every process of a queue)")]
+pub struct QueueSettings {
+    /// How long a finished request's outcome stays cached for identical requests
+    /// (and for producers that missed the push) [default: 300000].
+    #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub result_ttl: Option<u64>,
+    /// Largest request or response body accepted, in bytes; a larger entry met by a
+    /// worker is dead-lettered [default: 4194304].
+    #[arg(long, global = true, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=536_870_912))]
+    pub max_body_bytes: Option<u64>,
+    /// Most dead letters kept (older ones are trimmed, approximately) [default: 10000].
+    #[arg(long, global = true, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub dead_maxlen: Option<u64>,
+    /// A consumer that owns nothing and has been idle this long is removed from the
+    /// group (a killed worker's name) [default: 3600000].
+    #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub consumer_gc_after: Option<u64>,
 }
 
 /// The subcommands.

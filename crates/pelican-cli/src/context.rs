@@ -4,12 +4,26 @@
 use crate::cli::Global;
 use crate::exit::{CliError, CliResult};
 use pelican::QueueConfig;
+use std::time::Duration;
 
 impl Global {
     /// The queue's configuration, checked (bad URL or name: exit 2) before anything
     /// connects.
     pub fn queue_config(&self) -> CliResult<QueueConfig> {
         let mut q = QueueConfig::new(self.redis.clone(), self.queue.clone());
+        let set = &self.settings;
+        if let Some(ms) = set.result_ttl {
+            q = q.with_result_ttl(Duration::from_millis(ms));
+        }
+        if let Some(n) = set.max_body_bytes {
+            q = q.with_max_body_bytes(n as usize);
+        }
+        if let Some(n) = set.dead_maxlen {
+            q = q.with_dead_maxlen(n as usize);
+        }
+        if let Some(ms) = set.consumer_gc_after {
+            q = q.with_consumer_gc_after(Duration::from_millis(ms));
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path).map_err(|e| {
                 CliError::usage(format!(

@@ -109,3 +109,31 @@ fn graceful_shutdown_finishes_work_in_hand() {
     assert_eq!(w.code, 0, "{w:?}");
     assert!(w.stderr.contains("stopping"), "{w:?}");
 }
+
+#[test]
+fn queue_settings_flags_reach_redis() {
+    let env = Env::new("settings");
+    let key = format!("pelican:{{{}}}:req:settings-1", env.queue);
+    let worker = env.spawn(&["worker", "--result-ttl", "60000"]);
+    let out = env.run(&["call", "--result-ttl", "60000", "--id", "settings-1", "[1]"]);
+    assert_eq!(out.code, 0, "{out:?}");
+    // the outcome is cached for the worker's --result-ttl, not the default 300 s
+    let mut conn = env.server.sync_connection();
+    let pttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut conn).unwrap();
+    assert!(pttl > 0 && pttl <= 60_000, "PTTL {pttl}");
+    drop(worker);
+
+    // a body over --max-body-bytes is refused before anything is queued
+    let out = env.run(&["call", "--max-body-bytes", "8", r#"{"too": "long"}"#]);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(out.stderr.contains("max_body_bytes is 8"), "{out:?}");
+    // out-of-range values are usage errors
+    for bad in [
+        &["--result-ttl", "0", "stats"][..],
+        &["--dead-maxlen", "0", "stats"],
+        &["--consumer-gc-after", "x", "stats"],
+    ] {
+        let out = env.run(bad);
+        assert_eq!(out.code, 2, "{bad:?}: {out:?}");
+    }
+}
