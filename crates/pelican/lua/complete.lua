@@ -18,7 +18,7 @@ for i = 5, #ARGV, 5 do
   local won, waiters = false, { from }
   if indexed == '1' and rid ~= '' then
     local key = reqp .. rid
-    local status, w = settle(key, sid, outcome, ttl, now, ttl)
+    local status, w = settle(key, sid, outcome, outcome_ttl(outcome, ttl), now, ttl)
     if status == 'won' then
       won, waiters = true, w
       acks[#acks + 1] = sid

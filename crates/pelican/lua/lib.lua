@@ -88,6 +88,14 @@ local function settle(key, sid, outcome, ttl, now, grace)
   return 'other'
 end
 
+-- How long an outcome is kept: `ttl`, except an expiry, which is not a result: it is
+-- not kept, so that a later identical request (or a waiter whose own deadline has not
+-- passed, submitting again) starts afresh instead of reading "expired" from the cache.
+local function outcome_ttl(outcome, ttl)
+  if string.byte(outcome, 1) == 88 then return 0 end -- 'X'
+  return ttl
+end
+
 -- Queues `outcome` of `rid` for each producer in `waiters` (sent by `flush_replies`,
 -- which every script calls last).
 local function queue_replies(rid, outcome, waiters)
@@ -112,7 +120,7 @@ local function finish(reqp, rid, sid, from, indexed, outcome, ttl, now, grace)
   if rid == nil or rid == '' then return 0 end
   local waiters = { from or '' }
   if indexed == '1' then
-    local status, w = settle(reqp .. rid, sid, outcome, ttl, now, grace)
+    local status, w = settle(reqp .. rid, sid, outcome, outcome_ttl(outcome, ttl), now, grace)
     if status == 'won' then
       waiters = w
     elseif status == 'other' then

@@ -31,6 +31,10 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 const MAX_BATCH: usize = 256;
 /// Most script calls of one producer on the wire at once.
 const MAX_BATCHES_IN_FLIGHT: usize = 4;
+/// Most times a request that expired before a local waiter's deadline is submitted again.
+const MAX_EXPIRY_RESUBMITS: u8 = 3;
+/// Time a local waiter must have left for an expired request to be submitted again.
+const MIN_TIME_LEFT_MS: u64 = 50;
 
 type Resolution = std::result::Result<Outcome, Error>;
 
@@ -112,6 +116,9 @@ struct Pending {
     body: Arc<Vec<u8>>,
     /// The submission has been acknowledged by Redis.
     queued: bool,
+    /// Times this request was submitted again because it expired before a local waiter's
+    /// deadline (see `Inner::resubmit_expired`).
+    expiry_resubmits: u8,
 }
 
 struct SubmitJob {
@@ -288,6 +295,8 @@ where
             match st.pending.get_mut(&rid) {
                 Some(p) => {
                     p.waiters.push((token, tx));
+                    // The request lives as long as its longest-waiting submitter.
+                    p.deadline_ms = p.deadline_ms.max(deadline_ms);
                     true
                 }
                 None => {
@@ -301,6 +310,7 @@ where
                             sid: None,
                             body: body.clone(),
                             queued: false,
+                            expiry_resubmits: 0,
                         },
                     );
                     false
@@ -355,6 +365,9 @@ where
 impl Inner {
     /// Hands an outcome to every local waiter of `rid`.
     fn resolve(&self, rid: &str, resolution: Resolution) {
+        if matches!(resolution, Ok(Outcome::Expired(_))) && self.resubmit_expired(rid) {
+            return;
+        }
         let pending = self.state.lock().unwrap().pending.remove(rid);
         let Some(p) = pending else { return };
         let label = match &resolution {
@@ -370,6 +383,41 @@ impl Inner {
         if let Some((_, w)) = last {
             let _ = w.send(resolution);
         }
+    }
+
+    /// An identical request in flight carries the deadline of whoever submitted it first;
+    /// a later submitter with more time (here, or joined from another producer) would get
+    /// "expired" although its own deadline has not passed. Such a request is submitted
+    /// again with this producer's deadline instead (expiries are not cached, so it starts
+    /// afresh, and the other producers' waiters join it). At most a few times, and only
+    /// with time left to run it. Returns whether it was submitted again.
+    fn resubmit_expired(&self, rid: &str) -> bool {
+        let job = {
+            let mut st = self.state.lock().unwrap();
+            let Some(p) = st.pending.get_mut(rid) else {
+                return false;
+            };
+            if !p.indexed
+                || p.expiry_resubmits >= MAX_EXPIRY_RESUBMITS
+                || p.deadline_ms < now_ms() + MIN_TIME_LEFT_MS
+            {
+                return false;
+            }
+            p.expiry_resubmits += 1;
+            p.queued = false;
+            SubmitJob {
+                rid: rid.to_string(),
+                body: p.body.clone(),
+                deadline_ms: p.deadline_ms,
+                indexed: true,
+                ack: None,
+            }
+        };
+        tracing::debug!(
+            rid,
+            "request expired before this producer's deadline; submitting it again"
+        );
+        self.submit_tx.send(job).is_ok()
     }
 
     /// Resolves from a reply-stream pair, if this producer waits on that request.

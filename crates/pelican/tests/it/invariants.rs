@@ -232,6 +232,62 @@ async fn inv3_dedup_one_entry_one_run() {
     w.stop().await;
 }
 
+/// Identical requests share the first submitter's deadline. A joiner with more time must
+/// not be told "expired" when that deadline passes: it submits again with its own, and
+/// gets the answer; the expiry is not cached for later identical requests either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inv3_dedup_joiner_outlives_the_first_deadline() {
+    let server = RedisServer::start();
+    let q = queue(&server, "inv3-deadline");
+    let probe = Probe::new(&server, &q).await;
+    let short = Producer::<Req, Resp>::connect(
+        q.clone(),
+        fast_producer().with_request_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let long = Producer::<Req, Resp>::connect(
+        q.clone(),
+        fast_producer().with_request_timeout(Duration::from_secs(20)),
+    )
+    .await
+    .unwrap();
+    let req = Req::new(7, "patient");
+    let first = short.submit(&req).await.unwrap();
+    assert_eq!(first.submitted(), Submitted::Queued);
+    let joiner = long.submit(&req).await.unwrap();
+    assert_eq!(joiner.submitted(), Submitted::Joined);
+    let rid = joiner.request_id().to_string();
+    // nobody serves the queue yet: the first submitter times out
+    let e = first.await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
+    let runs = Runs::default();
+    let r2 = runs.clone();
+    let w = Worker::spawn(&q, fast_consumer(), 4, move |r: Req, job| {
+        let runs = r2.clone();
+        async move {
+            runs.hit(job.request_id());
+            Ok(echo(&r, "late but in time"))
+        }
+    })
+    .await;
+    let out = within(SLACK * 3, "the joiner's answer", joiner).await;
+    assert_eq!(out.unwrap(), echo(&req, "late but in time"));
+    assert_eq!(
+        runs.get(&rid),
+        1,
+        "the handler ran once, for the resubmission"
+    );
+    // what is cached is the answer (had the expiry been cached, the resubmission would
+    // have read it back and the joiner would have got "expired")
+    let cached = probe
+        .get(&probe.req(&rid))
+        .await
+        .expect("the outcome is cached");
+    assert_eq!(cached.first(), Some(&b'O'));
+    w.stop().await;
+}
+
 // ---- 4. Recovery ---------------------------------------------------------------
 
 /// A consumer dies holding a request: after claim_idle another one gets it as its
