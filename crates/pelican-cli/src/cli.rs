@@ -102,6 +102,9 @@ pub enum Command {
     Stats,
     /// Inspect, requeue or drop dead letters.
     Dead(DeadArgs),
+    /// One request: queued, in work (by whom, for how long, which delivery), or its
+    /// cached outcome. Exits 1 when Redis knows nothing of it.
+    Inspect(InspectArgs),
     /// Measure throughput and latency with the BullMQ peer benchmark's workload.
     ///
     /// One producer (this process) and --workers worker processes on a fresh queue
@@ -111,6 +114,15 @@ pub enum Command {
     /// Needs a Redis on this machine (--redis, loopback only); the queue's keys are
     /// deleted at the end. With --json it prints one line of JSON.
     Bench(BenchArgs),
+}
+
+/// `pelican inspect`.
+#[derive(Debug, Args)]
+pub struct InspectArgs {
+    /// The request id (`pelican call` prints it with -v; `pelican stats` lists those in
+    /// flight; with dedup on it is the hash of the body).
+    #[arg(value_name = "RID")]
+    pub rid: String,
 }
 
 /// `pelican demo`.

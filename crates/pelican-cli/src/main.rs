@@ -3,7 +3,7 @@
 //! runs one subcommand and maps its outcome to an exit code (see `exit`).
 //!
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
-//! `dead`, `bench`), and their helpers: `handlers` (the worker's built-in handlers),
+//! `dead`, `inspect`, `bench`), and their helpers: `handlers` (the worker's built-in handlers),
 //! `pool` (the demo's worker processes), `summary` (the demo's table), `redis_local`
 //! (reachability, throwaway redis-server), `metrics_http`, `process`, `context`, `fmt`.
 
@@ -16,6 +16,7 @@ mod demo;
 mod exit;
 mod fmt;
 mod handlers;
+mod inspect;
 mod metrics_http;
 mod pool;
 mod process;
@@ -56,6 +57,7 @@ fn main() -> ExitCode {
             Command::Call(a) => call::run(g, a).await,
             Command::Stats => stats::run(g).await,
             Command::Dead(a) => dead::run(g, &a.command).await,
+            Command::Inspect(a) => inspect::run(g, &a.rid).await,
             Command::Bench(a) => bench::run(g, a).await,
         }
     });

@@ -3,8 +3,9 @@
 
 use crate::config::QueueConfig;
 use crate::entry::{self, parse_entries};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::keys::Keys;
+use crate::outcome::Outcome;
 use crate::shared::{ms, now_ms, JanitorReport, Shared};
 use redis::Value;
 use serde::Serialize;
@@ -94,6 +95,36 @@ pub struct DeadLetter {
     pub body_len: usize,
     /// The first bytes of the body, lossy UTF-8.
     pub body_preview: String,
+}
+
+/// What Redis knows of one request (see [`Admin::inspect`]).
+#[derive(Debug, Clone, Serialize)]
+pub struct RequestInfo {
+    /// Request id.
+    pub rid: String,
+    /// `queued` (no consumer took it yet), `in_work` (a consumer holds it), `lost` (the
+    /// index names an entry that is no longer in the stream: its producers' sweep submits
+    /// it again, or it expires), or the outcome: `ok`, `error`, `dead`, `expired`,
+    /// `cancelled`.
+    pub state: String,
+    /// Its stream entry (while in flight).
+    pub entry: Option<String>,
+    /// Its deadline, ms since the epoch (while in flight).
+    pub deadline_ms: Option<u64>,
+    /// Producers waiting for it (while in flight).
+    pub waiters: Vec<String>,
+    /// The consumer holding it (`in_work`).
+    pub consumer: Option<String>,
+    /// Time since that consumer took it or renewed its lease, in ms (`in_work`).
+    pub idle_ms: Option<u64>,
+    /// Deliveries so far, this one included (`in_work`).
+    pub deliveries: Option<u64>,
+    /// Size of its body in bytes (while its entry is in the stream).
+    pub body_len: Option<usize>,
+    /// The response or the error message, first bytes, lossy UTF-8 (once finished).
+    pub outcome_preview: Option<String>,
+    /// How much longer Redis keeps this state, in ms (`None`: no expiry).
+    pub ttl_ms: Option<u64>,
 }
 
 impl Admin {
@@ -220,6 +251,94 @@ impl Admin {
         st.waiting_producers = producers.len() as u64;
         st.reply_streams = self.scan(&format!("{}*", k.reply_prefix)).await?.len() as u64;
         Ok(st)
+    }
+
+    /// What Redis knows of request `rid`: whether it waits, who holds it and for how
+    /// long, how often it was delivered, who waits for it; or its cached outcome.
+    /// `None` when Redis knows nothing of it: never submitted, finished longer than
+    /// `result_ttl` ago, expired, or submitted with dedup off (no index to look it up).
+    pub async fn inspect(&self, rid: &str) -> Result<Option<RequestInfo>> {
+        crate::config::validate_request_id(rid)?;
+        let k = self.keys();
+        let mut conn = self.shared.conn();
+        let key = k.req(rid);
+        let (value, pttl): (Option<Vec<u8>>, i64) = redis::pipe()
+            .cmd("GET")
+            .arg(&key)
+            .cmd("PTTL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| Error::redis("reading the request", e))?;
+        let Some(value) = value else { return Ok(None) };
+        let mut info = RequestInfo {
+            rid: rid.to_string(),
+            state: String::new(),
+            entry: None,
+            deadline_ms: None,
+            waiters: Vec::new(),
+            consumer: None,
+            idle_ms: None,
+            deliveries: None,
+            body_len: None,
+            outcome_preview: None,
+            ttl_ms: u64::try_from(pttl).ok(),
+        };
+        if value.first() != Some(&b'P') {
+            let Some(o) = Outcome::decode(&value) else {
+                return Err(Error::new(
+                    ErrorKind::Redis,
+                    format!("{key} holds neither a pending state nor an outcome"),
+                ));
+            };
+            info.state = o.label().to_string();
+            let payload = &value[1..];
+            let n = payload.len().min(200);
+            info.outcome_preview = Some(String::from_utf8_lossy(&payload[..n]).into_owned());
+            return Ok(Some(info));
+        }
+        let text = String::from_utf8_lossy(&value[1..]).into_owned();
+        let mut parts = text.split(';');
+        let sid = parts.next().unwrap_or("").to_string();
+        info.deadline_ms = parts.next().and_then(|d| d.parse().ok());
+        info.waiters = parts
+            .filter(|p| !p.is_empty())
+            .map(str::to_string)
+            .collect();
+        let (found, pending): (Value, Value) = redis::pipe()
+            .cmd("XRANGE")
+            .arg(&k.stream)
+            .arg(&sid)
+            .arg(&sid)
+            .cmd("XPENDING")
+            .arg(&k.stream)
+            .arg(&k.group)
+            .arg(&sid)
+            .arg(&sid)
+            .arg(1)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| Error::redis("looking up the request's entry", e))?;
+        let entry = parse_entries(&found).into_iter().next();
+        info.body_len = entry.as_ref().and_then(|e| e.get("body")).map(<[u8]>::len);
+        // [[id, consumer, idle, deliveries]] once delivered
+        let held = entry::array(&pending)
+            .first()
+            .map(|p| entry::array(p).to_vec())
+            .filter(|p| p.len() >= 4);
+        info.state = match (&entry, &held) {
+            (None, _) => "lost",
+            (Some(_), Some(_)) => "in_work",
+            (Some(_), None) => "queued",
+        }
+        .to_string();
+        if let Some(p) = held {
+            info.consumer = entry::string(&p[1]);
+            info.idle_ms = entry::int(&p[2]).map(|i| i.max(0) as u64);
+            info.deliveries = entry::int(&p[3]).map(|i| i.max(0) as u64);
+        }
+        info.entry = Some(sid);
+        Ok(Some(info))
     }
 
     async fn scan(&self, pattern: &str) -> Result<Vec<String>> {

@@ -7,6 +7,7 @@ mod bench;
 mod dead;
 mod demo;
 mod exit_codes;
+mod inspect;
 mod metrics;
 mod round_trip;
 mod stats;
