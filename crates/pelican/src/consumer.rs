@@ -11,7 +11,6 @@ use crate::delivery::{Delivery, HandlerError, Job};
 use crate::entry::{self, parse_entries, parse_read, RawEntry, Request};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
-use crate::metrics;
 use crate::outcome::Outcome;
 use crate::shared::{ms, now_ms, retry_if_dropped, Backoff, Shared};
 use crate::task::TaskSet;
@@ -366,7 +365,7 @@ where
                     }
                     cursor = next;
                     if !claimed.is_empty() {
-                        metrics::redelivered(&sh.queue.name, claimed.len() as u64);
+                        sh.metrics.redelivered(claimed.len() as u64);
                     }
                     for (e, n) in claimed {
                         let mut p = permits.pop().expect("claimed at most the free slots");
@@ -534,7 +533,7 @@ async fn reclaim(inner: &CInner, cursor: &str, count: usize, idle: bool) -> Resu
             n = dead,
             "dead-lettered entries that reached max_deliveries"
         );
-        metrics::dead_lettered(&sh.queue.name, dead as u64);
+        sh.metrics.dead_lettered(dead as u64);
     }
     let claimed = claimed
         .into_iter()
@@ -654,7 +653,7 @@ async fn reject(inner: &CInner, sid: &str, reason: &str, deliveries: u32) {
         .invoke_async(&mut sh.conn())
         .await;
     match r {
-        Ok(1) => metrics::dead_lettered(&sh.queue.name, 1),
+        Ok(1) => sh.metrics.dead_lettered(1),
         Ok(_) => {}
         Err(e) => {
             tracing::warn!(error = %e, entry = sid, "could not dead-letter; it will be reclaimed and tried again")
@@ -699,7 +698,7 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
                 }
             };
             backoff.reset();
-            let queue = &inner.shared.queue.name;
+            let metrics = &inner.shared.metrics;
             let mut held = inner.held.lock().unwrap();
             for (i, c) in completes.into_iter().enumerate() {
                 held.remove(&c.sid);
@@ -707,9 +706,9 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
                     Ok(flags) => {
                         let recorded = flags.get(i).copied().unwrap_or(false);
                         if recorded {
-                            metrics::completed(queue, c.label, 1);
+                            metrics.completed(c.label, 1);
                         } else {
-                            metrics::duplicate_dropped(queue, 1);
+                            metrics.duplicate_dropped(1);
                         }
                         Ok(recorded)
                     }
@@ -844,7 +843,7 @@ async fn renew(inner: &CInner) -> Result<()> {
                 tracing::warn!(entry = %sid, consumer = %inner.name, "lease lost: another consumer took the request over or it was withdrawn");
             }
         }
-        metrics::lease_lost(&sh.queue.name, n);
+        sh.metrics.lease_lost(n);
     }
     Ok(())
 }

@@ -166,7 +166,10 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
 
     async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
         self.answered = true;
-        crate::metrics::handler_duration(&self.inner.shared.queue.name, self.received.elapsed());
+        self.inner
+            .shared
+            .metrics
+            .handler_duration(self.received.elapsed());
         let (tx, rx) = oneshot::channel();
         self.inner.send(WriteJob::Complete(Completion {
             sid: self.job.sid.clone(),

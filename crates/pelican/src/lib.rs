@@ -45,6 +45,13 @@
 //! - `error`: [`Error`], [`ErrorKind`]; `codec`: [`Codec`], [`Json`].
 //! - `keys`, `scripts` (and `lua/*.lua`), `entry`, `outcome`: the protocol, described
 //!   in `docs/PROTOCOL.md`.
+//!
+//! ## Observability
+//! Counters and histograms go through the `metrics` facade (`pelican_requests_*`,
+//! `pelican_deliveries_*`, `pelican_dead_lettered_total`, ... each with a `queue` label);
+//! install a recorder (e.g. a Prometheus exporter) *before* connecting: a queue's series
+//! are registered when a producer, consumer or admin connects. Spans and events go
+//! through `tracing`.
 
 #![warn(missing_docs)]
 

@@ -1,51 +1,118 @@
 //! Every metric pelican records, through the `metrics` facade (install any recorder, e.g.
 //! a Prometheus exporter, to see them). Names carry their unit; every series has a
 //! `queue` label.
+//!
+//! The series of a queue are registered once, when a producer, consumer or admin
+//! connects, and kept as handles: a `counter!` per request would build its key (and
+//! allocate its labels) on every request, and make the recorder look it up. So a recorder
+//! must be installed before connecting.
 
-use metrics::{counter, histogram};
+use metrics::{counter, histogram, Counter, Histogram};
+use std::sync::Arc;
 use std::time::Duration;
 
-pub(crate) fn submitted(queue: &str, n: u64) {
-    counter!("pelican_requests_submitted_total", "queue" => queue.to_string()).increment(n);
+/// Outcome labels: those of `Outcome::label`, then "failed" (a request that got an error
+/// instead of an outcome).
+const OUTCOMES: [&str; 6] = ["ok", "error", "dead", "expired", "cancelled", "failed"];
+
+fn outcome_index(label: &str) -> usize {
+    OUTCOMES
+        .iter()
+        .position(|l| *l == label)
+        .unwrap_or(OUTCOMES.len() - 1)
 }
 
-pub(crate) fn joined(queue: &str, n: u64) {
-    counter!("pelican_requests_joined_total", "queue" => queue.to_string()).increment(n);
+/// The series of one queue.
+#[derive(Clone)]
+pub(crate) struct Metrics(Arc<Series>);
+
+struct Series {
+    submitted: Counter,
+    joined: Counter,
+    cached: Counter,
+    resolved: Vec<Counter>,
+    request_duration: Histogram,
+    completed: Vec<Counter>,
+    handler_duration: Histogram,
+    redelivered: Counter,
+    dead_lettered: Counter,
+    lease_lost: Counter,
+    duplicate_dropped: Counter,
 }
 
-pub(crate) fn cached(queue: &str, n: u64) {
-    counter!("pelican_requests_cached_total", "queue" => queue.to_string()).increment(n);
+impl Metrics {
+    pub(crate) fn new(queue: &str) -> Metrics {
+        let q = queue.to_string();
+        let per_outcome = |name: &'static str| -> Vec<Counter> {
+            OUTCOMES
+                .iter()
+                .map(|o| counter!(name, "queue" => q.clone(), "outcome" => *o))
+                .collect()
+        };
+        Metrics(Arc::new(Series {
+            submitted: counter!("pelican_requests_submitted_total", "queue" => q.clone()),
+            joined: counter!("pelican_requests_joined_total", "queue" => q.clone()),
+            cached: counter!("pelican_requests_cached_total", "queue" => q.clone()),
+            resolved: per_outcome("pelican_requests_resolved_total"),
+            request_duration: histogram!("pelican_request_duration_seconds", "queue" => q.clone()),
+            completed: per_outcome("pelican_deliveries_completed_total"),
+            handler_duration: histogram!("pelican_handler_duration_seconds", "queue" => q.clone()),
+            redelivered: counter!("pelican_deliveries_redelivered_total", "queue" => q.clone()),
+            dead_lettered: counter!("pelican_dead_lettered_total", "queue" => q.clone()),
+            lease_lost: counter!("pelican_leases_lost_total", "queue" => q.clone()),
+            duplicate_dropped: counter!("pelican_outcomes_dropped_total", "queue" => q),
+        }))
+    }
+
+    pub(crate) fn submitted(&self, n: u64) {
+        self.0.submitted.increment(n);
+    }
+
+    pub(crate) fn joined(&self, n: u64) {
+        self.0.joined.increment(n);
+    }
+
+    pub(crate) fn cached(&self, n: u64) {
+        self.0.cached.increment(n);
+    }
+
+    pub(crate) fn resolved(&self, outcome: &str, elapsed: Duration) {
+        self.0.resolved[outcome_index(outcome)].increment(1);
+        self.0.request_duration.record(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn completed(&self, outcome: &str, n: u64) {
+        self.0.completed[outcome_index(outcome)].increment(n);
+    }
+
+    pub(crate) fn handler_duration(&self, elapsed: Duration) {
+        self.0.handler_duration.record(elapsed.as_secs_f64());
+    }
+
+    pub(crate) fn redelivered(&self, n: u64) {
+        self.0.redelivered.increment(n);
+    }
+
+    pub(crate) fn dead_lettered(&self, n: u64) {
+        self.0.dead_lettered.increment(n);
+    }
+
+    pub(crate) fn lease_lost(&self, n: u64) {
+        self.0.lease_lost.increment(n);
+    }
+
+    pub(crate) fn duplicate_dropped(&self, n: u64) {
+        self.0.duplicate_dropped.increment(n);
+    }
 }
 
-pub(crate) fn resolved(queue: &str, outcome: &'static str, elapsed: Duration) {
-    counter!("pelican_requests_resolved_total", "queue" => queue.to_string(), "outcome" => outcome)
-        .increment(1);
-    histogram!("pelican_request_duration_seconds", "queue" => queue.to_string())
-        .record(elapsed.as_secs_f64());
-}
-
-pub(crate) fn completed(queue: &str, outcome: &'static str, n: u64) {
-    counter!("pelican_deliveries_completed_total", "queue" => queue.to_string(), "outcome" => outcome)
-        .increment(n);
-}
-
-pub(crate) fn handler_duration(queue: &str, elapsed: Duration) {
-    histogram!("pelican_handler_duration_seconds", "queue" => queue.to_string())
-        .record(elapsed.as_secs_f64());
-}
-
-pub(crate) fn redelivered(queue: &str, n: u64) {
-    counter!("pelican_deliveries_redelivered_total", "queue" => queue.to_string()).increment(n);
-}
-
-pub(crate) fn dead_lettered(queue: &str, n: u64) {
-    counter!("pelican_dead_lettered_total", "queue" => queue.to_string()).increment(n);
-}
-
-pub(crate) fn lease_lost(queue: &str, n: u64) {
-    counter!("pelican_leases_lost_total", "queue" => queue.to_string()).increment(n);
-}
-
-pub(crate) fn duplicate_dropped(queue: &str, n: u64) {
-    counter!("pelican_outcomes_dropped_total", "queue" => queue.to_string()).increment(n);
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn every_outcome_label_has_a_series() {
+        for l in ["ok", "error", "dead", "expired", "cancelled", "failed"] {
+            assert_eq!(super::OUTCOMES[super::outcome_index(l)], l);
+        }
+        assert_eq!(super::outcome_index("something else"), 5);
+    }
 }

@@ -11,7 +11,6 @@ use crate::config::{validate_request_id, ProducerConfig, QueueConfig};
 use crate::entry::{self, parse_read};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
-use crate::metrics;
 use crate::outcome::Outcome;
 use crate::shared::{ms, now_ms, retry_if_dropped, Backoff, Shared};
 use crate::task::TaskSet;
@@ -282,7 +281,6 @@ where
         let deadline_ms = now_ms() + ms(timeout);
         let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
-        let queue = &inner.shared.queue.name;
         let mut guard = WaiterGuard {
             inner: inner.clone(),
             rid: rid.clone(),
@@ -318,7 +316,7 @@ where
             }
         };
         let how = if joined_locally {
-            metrics::joined(queue, 1);
+            inner.shared.metrics.joined(1);
             Submitted::Joined
         } else {
             let (ack_tx, ack_rx) = oneshot::channel();
@@ -336,9 +334,9 @@ where
                 .await
                 .map_err(|_| Error::new(ErrorKind::Shutdown, "the producer is shut down"))??;
             match how {
-                Submitted::Queued => metrics::submitted(queue, 1),
-                Submitted::Joined => metrics::joined(queue, 1),
-                Submitted::Cached => metrics::cached(queue, 1),
+                Submitted::Queued => inner.shared.metrics.submitted(1),
+                Submitted::Joined => inner.shared.metrics.joined(1),
+                Submitted::Cached => inner.shared.metrics.cached(1),
             }
             how
         };
@@ -374,7 +372,7 @@ impl Inner {
             Ok(o) => o.label(),
             Err(_) => "failed",
         };
-        metrics::resolved(&self.shared.queue.name, label, p.started.elapsed());
+        self.shared.metrics.resolved(label, p.started.elapsed());
         let mut waiters = p.waiters;
         let last = waiters.pop();
         for (_, w) in waiters {

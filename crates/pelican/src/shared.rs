@@ -5,6 +5,7 @@ use crate::config::QueueConfig;
 use crate::entry;
 use crate::error::{Error, Result};
 use crate::keys::Keys;
+use crate::metrics::Metrics;
 use crate::scripts::Scripts;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::AsyncConnectionConfig;
@@ -29,6 +30,7 @@ pub(crate) struct Shared {
     pub(crate) client: redis::Client,
     pub(crate) conn: ConnectionManager,
     pub(crate) scripts: Scripts,
+    pub(crate) metrics: Metrics,
 }
 
 impl Shared {
@@ -64,6 +66,7 @@ impl Shared {
             client,
             conn,
             scripts: Scripts::new(),
+            metrics: Metrics::new(&queue.name),
         });
         Ok(shared)
     }
