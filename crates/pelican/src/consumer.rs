@@ -424,8 +424,8 @@ where
         } else {
             cfg.block
         };
-        let read = redis::cmd("XREADGROUP")
-            .arg("GROUP")
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
             .arg(&sh.keys.group)
             .arg(&inner.name)
             .arg("COUNT")
@@ -434,9 +434,8 @@ where
             .arg(ms(block))
             .arg("STREAMS")
             .arg(&sh.keys.stream)
-            .arg(">")
-            .query_async::<Value>(conn.as_mut().expect("connected"))
-            .await;
+            .arg(">");
+        let read = conn.as_mut().expect("connected").query(&cmd).await;
         match read {
             Ok(v) => {
                 backoff.reset();

@@ -75,6 +75,7 @@ mod producer;
 mod scripts;
 mod shared;
 mod task;
+mod wire;
 
 pub use admin::Admin;
 pub use codec::{Codec, CodecError, Json};

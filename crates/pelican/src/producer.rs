@@ -14,7 +14,6 @@ use crate::ids;
 use crate::outcome::Outcome;
 use crate::shared::{ms, now_ms, retry_if_dropped, Backoff, Shared};
 use crate::task::TaskSet;
-use redis::Value;
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
@@ -767,16 +766,15 @@ async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: String) {
             }
         };
         loop {
-            let r: redis::RedisResult<Value> = redis::cmd("XREAD")
-                .arg("COUNT")
+            let mut cmd = redis::cmd("XREAD");
+            cmd.arg("COUNT")
                 .arg(1000)
                 .arg("BLOCK")
                 .arg(ms(block))
                 .arg("STREAMS")
                 .arg(&key)
-                .arg(&last_id)
-                .query_async(&mut conn)
-                .await;
+                .arg(&last_id);
+            let r = conn.query(&cmd).await;
             let Some(inner) = weak.upgrade() else { return };
             match r {
                 Ok(v) => {

@@ -7,6 +7,7 @@ use crate::error::{Error, Result};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::scripts::Scripts;
+use crate::wire::ReadConn;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::AsyncConnectionConfig;
 use std::sync::Arc;
@@ -96,16 +97,22 @@ impl Shared {
     /// A connection of its own for one blocking reader: a blocked read would hold up
     /// every other command on a shared connection, and the response timeout must
     /// outlast the block or the client gives up while the server still delivers.
-    pub(crate) async fn blocking_connection(
-        &self,
-        block: Duration,
-    ) -> Result<MultiplexedConnection> {
+    pub(crate) async fn blocking_connection(&self, block: Duration) -> Result<BlockingConn> {
+        let timeout = block + self.queue.command_timeout;
+        let connect_timeout = Duration::from_secs(5);
+        let info = self.client.get_connection_info();
+        if let Some(lean) = ReadConn::open(info, connect_timeout, timeout).await {
+            return lean
+                .map(BlockingConn::Lean)
+                .map_err(|e| Error::redis("opening a blocking connection", e));
+        }
         let cfg = AsyncConnectionConfig::new()
-            .set_response_timeout(Some(block + self.queue.command_timeout))
-            .set_connection_timeout(Some(Duration::from_secs(5)));
+            .set_response_timeout(Some(timeout))
+            .set_connection_timeout(Some(connect_timeout));
         self.client
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
+            .map(BlockingConn::Client)
             .map_err(|e| Error::redis("opening a blocking connection", e))
     }
 
@@ -142,6 +149,23 @@ impl Shared {
             tracing::debug!(queue = %q.name, ?report, "janitor");
         }
         Ok(report)
+    }
+}
+
+/// The connection of one blocking reader: the lean one for plain TCP, the client
+/// library's for TLS and Unix sockets.
+pub(crate) enum BlockingConn {
+    Lean(ReadConn),
+    Client(MultiplexedConnection),
+}
+
+impl BlockingConn {
+    /// Runs one command; after an error the connection must be dropped.
+    pub(crate) async fn query(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
+        match self {
+            BlockingConn::Lean(c) => c.query(cmd).await,
+            BlockingConn::Client(c) => cmd.query_async(c).await,
+        }
     }
 }
 
