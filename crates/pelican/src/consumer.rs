@@ -8,7 +8,7 @@
 use crate::codec::{Codec, Json};
 use crate::config::{ConsumerConfig, QueueConfig};
 use crate::delivery::{Delivery, HandlerError, Job};
-use crate::entry::{self, parse_entries, parse_read, RawEntry, Request};
+use crate::entry::{self, parse_entries, RawEntry, Request};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::outcome::Outcome;
@@ -348,13 +348,16 @@ where
             p = inner.slots.clone().acquire_owned() => p.expect("never closed"),
             _ = inner.stop.cancelled() => return,
         };
-        let mut permits = vec![first];
-        while permits.len() < MAX_BATCH {
-            match inner.slots.clone().try_acquire_owned() {
-                Ok(p) => permits.push(p),
-                Err(_) => break,
+        // Every free slot, up to a batch, in one bundle (one semaphore operation, not one
+        // per slot); a permit is split off per delivery and the rest returned at once.
+        let mut bundle = first;
+        let extra = inner.slots.available_permits().min(MAX_BATCH - 1);
+        if extra > 0 {
+            if let Ok(more) = inner.slots.clone().try_acquire_many_owned(extra as u32) {
+                bundle.merge(more);
             }
         }
+        let mut permits = Hand(Some(bundle));
         if cfg.reclaim && Instant::now() >= next_reclaim {
             // Nothing in hand: it may take a request for its last delivery, alone.
             let idle = permits.len() + inner.slots.available_permits() >= cfg.prefetch;
@@ -368,15 +371,15 @@ where
                         sh.metrics.redelivered(claimed.len() as u64);
                     }
                     for (e, n) in claimed {
-                        let mut p = permits.pop().expect("claimed at most the free slots");
                         let alone = solo.as_deref() == Some(e.id.as_str());
-                        if alone {
-                            // Its last delivery runs alone (see reclaim.lua): it takes
-                            // every slot, so nothing else is read until it is answered.
-                            for other in permits.drain(..) {
-                                p.merge(other);
-                            }
+                        // Its last delivery runs alone (see reclaim.lua): it takes every
+                        // slot, so nothing else is read until it is answered.
+                        let p = if alone {
+                            permits.take_all()
+                        } else {
+                            permits.take_one()
                         }
+                        .expect("claimed at most the free slots");
                         deliver(&inner, &tx, e, n, p, alone).await;
                     }
                     if waiting_alone && solo.is_none() && !idle {
@@ -439,7 +442,7 @@ where
         match read {
             Ok(v) => {
                 backoff.reset();
-                let entries = parse_read(&v);
+                let entries = entry::read_into_entries(v);
                 if entries.is_empty() && cfg.reclaim {
                     // Idle for a whole block: look for released work now. A retry, a
                     // dropped delivery or a shutdown makes entries reclaimable at once,
@@ -448,7 +451,7 @@ where
                     next_reclaim = Instant::now();
                 }
                 for e in entries {
-                    let p = permits.pop().expect("read at most the free slots");
+                    let p = permits.take_one().expect("read at most the free slots");
                     deliver(&inner, &tx, e, 1, p, false).await;
                 }
             }
@@ -467,6 +470,34 @@ where
                 wait_or_stop(&inner, backoff.next()).await;
             }
         }
+    }
+}
+
+/// The prefetch slots a reader holds for one read: one permit bundle.
+struct Hand(Option<OwnedSemaphorePermit>);
+
+impl Hand {
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One slot, for one delivery.
+    fn take_one(&mut self) -> Option<OwnedSemaphorePermit> {
+        let p = self.0.as_mut()?;
+        if p.num_permits() > 1 {
+            p.split(1)
+        } else {
+            self.0.take()
+        }
+    }
+
+    /// Every slot left.
+    fn take_all(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.0.take()
     }
 }
 

@@ -8,7 +8,7 @@
 
 use crate::codec::{Codec, Json};
 use crate::config::{validate_request_id, ProducerConfig, QueueConfig};
-use crate::entry::{self, parse_read};
+use crate::entry;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::outcome::Outcome;
@@ -779,7 +779,7 @@ async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: String) {
             match r {
                 Ok(v) => {
                     backoff.reset();
-                    let entries = parse_read(&v);
+                    let entries = entry::read_into_entries(v);
                     for e in &entries {
                         last_id.clone_from(&e.id);
                         // One entry carries one or more (rid, outcome) pairs. Pairs for
