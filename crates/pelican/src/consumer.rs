@@ -12,7 +12,7 @@ use crate::entry::{self, parse_entries, RawEntry, Request};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::outcome::Outcome;
-use crate::shared::{ms, now_ms, retry_if_dropped, Backoff, Shared};
+use crate::shared::{evalsha, ms, now_ms, retry_if_dropped, Backoff, OwnConn, Shared};
 use crate::task::TaskSet;
 use futures_util::FutureExt;
 use redis::Value;
@@ -695,6 +695,8 @@ async fn reject(inner: &CInner, sid: &str, reason: &str, deliveries: u32) {
 /// was on the wire goes in the next one.
 async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
     let mut backoff = Backoff::new();
+    // The writer's own connection: one call at a time, off the shared connection.
+    let mut conn: Option<OwnConn> = None;
     while let Some(first) = rx.recv().await {
         let mut jobs = vec![first];
         while jobs.len() < MAX_BATCH {
@@ -718,7 +720,7 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
             // has taken the entry over and our outcome would be dropped anyway.
             let give_up = Instant::now() + inner.config.claim_idle;
             let result = loop {
-                match write_completions(&inner, &completes).await {
+                match write_completions(&inner, &mut conn, &completes).await {
                     Ok(r) => break Ok(r),
                     Err(e) if Instant::now() < give_up && !inner.stop.is_cancelled() => {
                         tracing::warn!(error = %e, "writing outcomes failed; retrying");
@@ -756,7 +758,7 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
             }
             let mut result = Ok(());
             for (idle, sids) in by_idle {
-                if let Err(e) = release(&inner, idle, &sids).await {
+                if let Err(e) = release(&inner, &mut conn, idle, &sids).await {
                     tracing::warn!(error = %e, "releasing entries failed; they are reclaimed after claim_idle");
                     result = Err(e);
                 }
@@ -775,45 +777,83 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
     }
 }
 
-async fn write_completions(inner: &CInner, jobs: &[Completion]) -> Result<Vec<bool>> {
+async fn write_completions(
+    inner: &CInner,
+    conn: &mut Option<OwnConn>,
+    jobs: &[Completion],
+) -> Result<Vec<bool>> {
     let sh = &inner.shared;
-    let mut inv = sh.scripts.complete.prepare_invoke();
-    inv.key(&sh.keys.stream)
-        .key(&sh.keys.req_prefix)
-        .key(&sh.keys.reply_prefix)
-        .arg(&sh.keys.group)
+    let k = &sh.keys;
+    let mut cmd = evalsha(
+        &sh.scripts.complete,
+        &[&k.stream, &k.req_prefix, &k.reply_prefix],
+    );
+    cmd.arg(&k.group)
         .arg(ms(sh.queue.result_ttl))
         .arg(sh.queue.reply_maxlen)
         .arg(now_ms());
     for c in jobs {
-        inv.arg(&c.sid)
+        cmd.arg(&c.sid)
             .arg(&c.rid)
             .arg(&c.from)
             .arg(if c.indexed { "1" } else { "0" })
             .arg(c.outcome.as_slice());
     }
-    let flags: Vec<i64> = inv
-        .invoke_async(&mut sh.conn())
+    let v = eval_own(inner, conn, &sh.scripts.complete, &cmd)
         .await
         .map_err(|e| Error::redis("writing outcomes", e))?;
-    Ok(flags.into_iter().map(|f| f == 1).collect())
+    Ok(entry::array(&v)
+        .iter()
+        .map(|f| entry::int(f) == Some(1))
+        .collect())
 }
 
-async fn release(inner: &CInner, idle_ms: u64, sids: &[String]) -> Result<()> {
+async fn release(
+    inner: &CInner,
+    conn: &mut Option<OwnConn>,
+    idle_ms: u64,
+    sids: &[String],
+) -> Result<()> {
     let sh = &inner.shared;
-    let mut inv = sh.scripts.release.prepare_invoke();
-    inv.key(&sh.keys.stream)
-        .arg(&sh.keys.group)
-        .arg(&inner.name)
-        .arg(idle_ms);
+    let mut cmd = evalsha(&sh.scripts.release, &[&sh.keys.stream]);
+    cmd.arg(&sh.keys.group).arg(&inner.name).arg(idle_ms);
     for s in sids {
-        inv.arg(s);
+        cmd.arg(s);
     }
-    let _: i64 = inv
-        .invoke_async(&mut sh.conn())
+    eval_own(inner, conn, &sh.scripts.release, &cmd)
         .await
         .map_err(|e| Error::redis("releasing entries", e))?;
     Ok(())
+}
+
+/// Runs a script call on the writer's own connection, opening it when needed; a
+/// connection that failed (other than with an error reply) is dropped, and the next
+/// call opens a new one.
+async fn eval_own(
+    inner: &CInner,
+    conn: &mut Option<OwnConn>,
+    script: &redis::Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<Value> {
+    let sh = &inner.shared;
+    if conn.is_none() {
+        match sh.own_connection(sh.queue.command_timeout).await {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                return Err(redis::RedisError::from(std::io::Error::other(
+                    e.to_string(),
+                )))
+            }
+        }
+    }
+    let c = conn.as_mut().expect("just opened");
+    let r = c.eval(&mut sh.conn(), script, cmd).await;
+    if let Err(e) = &r {
+        if e.code().is_none() {
+            *conn = None;
+        }
+    }
+    r
 }
 
 /// Renews leases every `lease_interval` and runs the janitor when due.

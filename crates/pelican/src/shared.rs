@@ -97,14 +97,20 @@ impl Shared {
     /// A connection of its own for one blocking reader: a blocked read would hold up
     /// every other command on a shared connection, and the response timeout must
     /// outlast the block or the client gives up while the server still delivers.
-    pub(crate) async fn blocking_connection(&self, block: Duration) -> Result<BlockingConn> {
-        let timeout = block + self.queue.command_timeout;
+    pub(crate) async fn blocking_connection(&self, block: Duration) -> Result<OwnConn> {
+        self.own_connection(block + self.queue.command_timeout)
+            .await
+    }
+
+    /// A connection of its own for a task that sends one command at a time (a blocking
+    /// reader, the consumer's outcome writer), waiting at most `timeout` for a reply.
+    pub(crate) async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
         let connect_timeout = Duration::from_secs(5);
         let info = self.client.get_connection_info();
         if let Some(lean) = ReadConn::open(info, connect_timeout, timeout).await {
             return lean
-                .map(BlockingConn::Lean)
-                .map_err(|e| Error::redis("opening a blocking connection", e));
+                .map(OwnConn::Lean)
+                .map_err(|e| Error::redis("opening a connection", e));
         }
         let cfg = AsyncConnectionConfig::new()
             .set_response_timeout(Some(timeout))
@@ -112,8 +118,8 @@ impl Shared {
         self.client
             .get_multiplexed_async_connection_with_config(&cfg)
             .await
-            .map(BlockingConn::Client)
-            .map_err(|e| Error::redis("opening a blocking connection", e))
+            .map(OwnConn::Client)
+            .map_err(|e| Error::redis("opening a connection", e))
     }
 
     /// Runs the janitor unless another process ran it within the interval.
@@ -152,21 +158,47 @@ impl Shared {
     }
 }
 
-/// The connection of one blocking reader: the lean one for plain TCP, the client
-/// library's for TLS and Unix sockets.
-pub(crate) enum BlockingConn {
+/// A connection of one task's own (blocking reads, outcome writes): pelican's lean one
+/// for plain TCP, the client library's for TLS and Unix sockets.
+pub(crate) enum OwnConn {
     Lean(ReadConn),
     Client(MultiplexedConnection),
 }
 
-impl BlockingConn {
-    /// Runs one command; after an error the connection must be dropped.
+impl OwnConn {
+    /// Runs one command. After an error other than a server error reply the connection
+    /// must be dropped.
     pub(crate) async fn query(&mut self, cmd: &redis::Cmd) -> redis::RedisResult<redis::Value> {
         match self {
-            BlockingConn::Lean(c) => c.query(cmd).await,
-            BlockingConn::Client(c) => cmd.query_async(c).await,
+            OwnConn::Lean(c) => c.query(cmd).await,
+            OwnConn::Client(c) => cmd.query_async(c).await,
         }
     }
+
+    /// Runs `cmd`, made by [`evalsha`] for `script`, loading the script through `loader`
+    /// first when Redis does not know it (a restart, a SCRIPT FLUSH).
+    pub(crate) async fn eval(
+        &mut self,
+        loader: &mut ConnectionManager,
+        script: &redis::Script,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<redis::Value> {
+        match self.query(cmd).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                script.prepare_invoke().load_async(loader).await?;
+                self.query(cmd).await
+            }
+            r => r,
+        }
+    }
+}
+
+/// `EVALSHA <hash of script> <number of keys> <keys...>`: add the arguments, then run it
+/// with [`OwnConn::eval`].
+pub(crate) fn evalsha(script: &redis::Script, keys: &[&str]) -> redis::Cmd {
+    let mut cmd = redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
 }
 
 /// What one janitor run did.

@@ -6,7 +6,7 @@
 //! own anyway, so multiplexing buys nothing there, and its general reply parser was the
 //! largest single cost of a delivery in the worker (a quarter of the worker's
 //! instructions per request under callgrind). TLS and Unix-socket URLs keep using the
-//! client library (see `BlockingConn`).
+//! client library (see `OwnConn`).
 
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 use std::time::Duration;
@@ -88,8 +88,9 @@ impl ReadConn {
         Ok(conn)
     }
 
-    /// Sends `cmd` and reads its reply. A server error comes back as `Err` with its code
-    /// (`NOGROUP`, ...). After any error the connection must be dropped.
+    /// Sends `cmd` and reads its reply. A server error reply comes back as `Err` with its
+    /// code (`NOGROUP`, `NOSCRIPT`, ...) and leaves the connection usable; after any other
+    /// error it must be dropped.
     pub(crate) async fn query(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
         let packed = cmd.get_packed_command();
         let timeout = self.timeout;
@@ -186,8 +187,12 @@ impl ReadConn {
                     return Ok(None);
                 }
             }
+            b'-' if !stack.is_empty() => {
+                return Err(protocol_error("an error inside an array"));
+            }
             b'-' => {
                 // Rare: let the client library turn it into its error (with the code).
+                // The whole reply has been read: the connection can go on.
                 return Err(match redis::parse_redis_value(&self.line) {
                     Ok(v) => match v.extract_error() {
                         Err(e) => e,

@@ -129,3 +129,26 @@ async fn calls_after_dropped_connections_succeed() {
     dedup.shutdown().await.unwrap();
     plain.shutdown().await.unwrap();
 }
+
+/// Redis forgets every script (SCRIPT FLUSH, as after a restart or a failover): the
+/// next submission and the next outcome write load them again, and calls go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_go_on_after_the_scripts_are_flushed() {
+    let server = RedisServer::start();
+    let q = queue(&server, "flush");
+    let probe = Probe::new(&server, &q).await;
+    let w = Worker::spawn(&q, fast_consumer(), 4, |r: Req, _| async move {
+        Ok(echo(&r, "w"))
+    })
+    .await;
+    let p = Producer::<Req, Resp>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    for round in 0..3u64 {
+        let req = Req::new(round, "flush");
+        let out = within(Duration::from_secs(10), "a call", p.call(&req)).await;
+        assert_eq!(out.unwrap(), echo(&req, "w"), "round {round}");
+        let _: () = probe.query(&redis::cmd("SCRIPT").arg("FLUSH")).await;
+    }
+    w.stop().await;
+}
