@@ -148,7 +148,7 @@ async fn calls_go_on_after_the_scripts_are_flushed() {
         let req = Req::new(round, "flush");
         let out = within(Duration::from_secs(10), "a call", p.call(&req)).await;
         assert_eq!(out.unwrap(), echo(&req, "w"), "round {round}");
-        let _: () = probe.query(&redis::cmd("SCRIPT").arg("FLUSH")).await;
+        let _: () = probe.query(redis::cmd("SCRIPT").arg("FLUSH")).await;
     }
     w.stop().await;
 }
