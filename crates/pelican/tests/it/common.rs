@@ -350,6 +350,25 @@ impl Worker {
         }
     }
 
+    /// A worker that answers `echo(req, by)` and counts its runs per request id.
+    pub async fn counting(
+        q: &QueueConfig,
+        cfg: ConsumerConfig,
+        by: &'static str,
+    ) -> (Worker, Runs) {
+        let runs = Runs::default();
+        let r2 = runs.clone();
+        let w = Worker::spawn(q, cfg, 4, move |r: Req, job| {
+            let runs = r2.clone();
+            async move {
+                runs.hit(job.request_id());
+                Ok(echo(&r, by))
+            }
+        })
+        .await;
+        (w, runs)
+    }
+
     /// Stops it gracefully and waits until it has left.
     pub async fn stop(self) {
         self.stopper.stop();

@@ -261,16 +261,7 @@ async fn inv3_dedup_joiner_outlives_the_first_deadline() {
     // nobody serves the queue yet: the first submitter times out
     let e = first.await.unwrap_err();
     assert_eq!(e.kind(), ErrorKind::Timeout, "{e}");
-    let runs = Runs::default();
-    let r2 = runs.clone();
-    let w = Worker::spawn(&q, fast_consumer(), 4, move |r: Req, job| {
-        let runs = r2.clone();
-        async move {
-            runs.hit(job.request_id());
-            Ok(echo(&r, "late but in time"))
-        }
-    })
-    .await;
+    let (w, runs) = Worker::counting(&q, fast_consumer(), "late but in time").await;
     let out = within(SLACK * 3, "the joiner's answer", joiner).await;
     assert_eq!(out.unwrap(), echo(&req, "late but in time"));
     assert_eq!(
@@ -358,16 +349,7 @@ async fn inv4_recovery_dead_letters_past_max_deliveries() {
         last = c.name().to_string();
         die(c, d);
     }
-    let runs = Runs::default();
-    let r2 = runs.clone();
-    let w = Worker::spawn(&q, cfg, 4, move |r: Req, job| {
-        let runs = r2.clone();
-        async move {
-            runs.hit(job.request_id());
-            Ok(echo(&r, "survivor"))
-        }
-    })
-    .await;
+    let (w, runs) = Worker::counting(&q, cfg, "survivor").await;
     let e = within(Duration::from_secs(5), "the dead letter", ticket)
         .await
         .unwrap_err();
@@ -702,16 +684,7 @@ async fn inv8_producer_shutdown_cancels_its_calls_and_withdraws_only_its_own() {
     }
     assert_eq!(probe.xlen().await, 1, "only the shared request is left");
     assert!(probe.get(&probe.req(&alone_rid)).await.is_none());
-    let runs = Runs::default();
-    let r2 = runs.clone();
-    let w = Worker::spawn(&q, fast_consumer(), 4, move |r: Req, job| {
-        let runs = r2.clone();
-        async move {
-            runs.hit(job.request_id());
-            Ok(echo(&r, "w"))
-        }
-    })
-    .await;
+    let (w, runs) = Worker::counting(&q, fast_consumer(), "w").await;
     assert_eq!(
         within(Duration::from_secs(5), "the shared answer", b2)
             .await
