@@ -7,7 +7,7 @@ use crate::error::{Error, Result};
 use crate::keys::Keys;
 use crate::metrics::Metrics;
 use crate::scripts::Scripts;
-use crate::wire::ReadConn;
+use crate::wire::LeanConn;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
 use redis::AsyncConnectionConfig;
 use std::sync::Arc;
@@ -107,7 +107,7 @@ impl Shared {
     pub(crate) async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
         let connect_timeout = Duration::from_secs(5);
         let info = self.client.get_connection_info();
-        if let Some(lean) = ReadConn::open(info, connect_timeout, timeout).await {
+        if let Some(lean) = LeanConn::open(info, connect_timeout, timeout).await {
             return lean
                 .map(OwnConn::Lean)
                 .map_err(|e| Error::redis("opening a connection", e));
@@ -161,7 +161,7 @@ impl Shared {
 /// A connection of one task's own (blocking reads, outcome writes): pelican's lean one
 /// for plain TCP, the client library's for TLS and Unix sockets.
 pub(crate) enum OwnConn {
-    Lean(ReadConn),
+    Lean(LeanConn),
     Client(MultiplexedConnection),
 }
 

@@ -1,12 +1,11 @@
-//! A lean connection for the blocking reads (a consumer's `XREADGROUP BLOCK`, a producer's
-//! `XREAD BLOCK` of its reply stream): one command at a time on a plain TCP connection
-//! of its own, replies read with a small RESP2 reader.
+//! A lean connection for the tasks that send one command at a time on a connection of
+//! their own: a consumer's `XREADGROUP BLOCK`, a producer's `XREAD BLOCK` of its reply
+//! stream, a consumer's outcome writes. Plain TCP, replies read with a small RESP2 reader.
 //!
-//! Why not the client library's connection: a blocking read needs a connection of its
-//! own anyway, so multiplexing buys nothing there, and its general reply parser was the
-//! largest single cost of a delivery in the worker (a quarter of the worker's
-//! instructions per request under callgrind). TLS and Unix-socket URLs keep using the
-//! client library (see `OwnConn`).
+//! Why not the client library's connection: these tasks need no multiplexing, and its
+//! general reply parser was the largest single cost of a delivery in the worker (a
+//! quarter of the worker's instructions per request under callgrind). TLS and
+//! Unix-socket URLs keep using the client library (see `OwnConn`).
 
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 use std::time::Duration;
@@ -15,7 +14,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 /// A plain TCP connection that runs one command at a time.
-pub(crate) struct ReadConn {
+pub(crate) struct LeanConn {
     r: BufReader<OwnedReadHalf>,
     w: OwnedWriteHalf,
     line: Vec<u8>,
@@ -34,14 +33,14 @@ fn protocol_error(what: &str) -> redis::RedisError {
     ))
 }
 
-impl ReadConn {
+impl LeanConn {
     /// Connects to a `redis://` address, authenticates and selects the database. `None`
     /// for addresses it does not handle (TLS, Unix sockets).
     pub(crate) async fn open(
         info: &ConnectionInfo,
         connect_timeout: Duration,
         timeout: Duration,
-    ) -> Option<RedisResult<ReadConn>> {
+    ) -> Option<RedisResult<LeanConn>> {
         let ConnectionAddr::Tcp(host, port) = info.addr() else {
             return None;
         };
@@ -54,7 +53,7 @@ impl ReadConn {
         info: &ConnectionInfo,
         connect_timeout: Duration,
         timeout: Duration,
-    ) -> RedisResult<ReadConn> {
+    ) -> RedisResult<LeanConn> {
         let stream = tokio::time::timeout(connect_timeout, TcpStream::connect((host, port)))
             .await
             .map_err(|_| {
@@ -66,7 +65,7 @@ impl ReadConn {
             .map_err(io_error)?;
         stream.set_nodelay(true).map_err(io_error)?;
         let (r, w) = stream.into_split();
-        let mut conn = ReadConn {
+        let mut conn = LeanConn {
             r: BufReader::with_capacity(64 * 1024, r),
             w,
             line: Vec::with_capacity(64),
@@ -234,7 +233,7 @@ mod tests {
         let info =
             redis::IntoConnectionInfo::into_connection_info(format!("redis://127.0.0.1:{port}"))
                 .unwrap();
-        let mut c = ReadConn::open(&info, Duration::from_secs(5), Duration::from_secs(5))
+        let mut c = LeanConn::open(&info, Duration::from_secs(5), Duration::from_secs(5))
             .await
             .expect("a TCP address")
             .unwrap();
