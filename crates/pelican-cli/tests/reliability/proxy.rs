@@ -14,7 +14,7 @@
 //! Nothing panics, nothing hangs, no request is lost, none is answered twice.
 
 use crate::common::*;
-use pelican_testkit::{unique_name, Proxy};
+use pelican_testkit::{eventually, unique_name, Proxy};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -26,10 +26,25 @@ const IN_FLIGHT: usize = 200;
 /// backoff from 50 ms doubling to 2 s, so a handful each.
 const OUTAGE_WARNINGS_MAX: u64 = 60;
 
-/// Normal operation between two faults.
-async fn calm() {
-    // the load runs undisturbed for a while: part of the scenario, not synchronization
-    tokio::time::sleep(Duration::from_millis(700)).await;
+/// Answers the load must get, after a fault, before the next one: the system has
+/// recovered (waited for, with a deadline) and runs undisturbed for a while.
+const CALM_ANSWERS: u64 = 1_000;
+/// Answers between two cuts of every connection: each cut hits reconnected, working
+/// connections.
+const ANSWERS_BETWEEN_CUTS: u64 = 100;
+/// Longest wait for the load to flow again after a fault (reconnect backoff tops out at
+/// 2 s; work held by a blackholed worker waits claim_idle).
+const RECOVERY_LIMIT: Duration = Duration::from_secs(30);
+
+/// Waits until `n` more requests were answered since the call: the load flows again.
+async fn flowing(progress: &Progress, n: u64, after: &str) {
+    let from = progress.get();
+    eventually(
+        RECOVERY_LIMIT,
+        &format!("{n} more answers after {after}"),
+        || async { progress.get() >= from + n },
+    )
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -69,20 +84,20 @@ async fn cut_stalled_and_slow_connections() {
     let started = Instant::now();
     let mut outage_warnings = Vec::new();
     for round in 0..rounds {
-        calm().await;
+        flowing(&progress, CALM_ANSWERS, "the start").await;
         eprintln!("proxy[{round}]: cut every connection, 3 times");
         for _ in 0..3 {
             for x in all() {
                 x.cut_all();
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            flowing(&progress, ANSWERS_BETWEEN_CUTS, "a cut").await;
         }
-        calm().await;
+        flowing(&progress, CALM_ANSWERS, "the cuts").await;
         eprintln!("proxy[{round}]: blackhole worker 1 for 3 x claim_idle");
         worker_proxies[0].set_blackhole(true);
         tokio::time::sleep(Duration::from_millis(3 * CLAIM_IDLE_MS)).await;
         worker_proxies[0].set_blackhole(false);
-        calm().await;
+        flowing(&progress, CALM_ANSWERS, "the blackhole").await;
         eprintln!("proxy[{round}]: 30 ms latency everywhere for 2 s");
         for x in all() {
             x.set_latency(Duration::from_millis(30));
@@ -91,7 +106,7 @@ async fn cut_stalled_and_slow_connections() {
         for x in all() {
             x.set_latency(Duration::ZERO);
         }
-        calm().await;
+        flowing(&progress, CALM_ANSWERS, "the latency").await;
         eprintln!("proxy[{round}]: full outage (cut + refuse) for 2 s");
         let before: Vec<u64> = fleet.workers.iter().map(|w| w.warnings()).collect();
         for x in all() {
@@ -109,12 +124,12 @@ async fn cut_stalled_and_slow_connections() {
             .map(|(w, b)| w.warnings() - b)
             .collect();
         outage_warnings.push(during);
-        calm().await;
+        flowing(&progress, CALM_ANSWERS, "the outage").await;
         eprintln!("proxy[{round}]: blackhole the producer for 2 s");
         producer_proxy.set_blackhole(true);
         tokio::time::sleep(Duration::from_secs(2)).await;
         producer_proxy.set_blackhole(false);
-        calm().await;
+        flowing(&progress, CALM_ANSWERS, "the producer's blackhole").await;
     }
     stop.store(true, Ordering::SeqCst);
     let report = load.await.expect("load task");

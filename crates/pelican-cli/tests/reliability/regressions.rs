@@ -228,11 +228,28 @@ async fn a_last_delivery_is_not_taken_with_work_in_hand() {
         .unwrap()
         .unwrap();
     assert_eq!(d.request()["poison"], json!(true));
+    let (entry, a_name) = (held_by_a.job().entry_id().to_string(), a.name().to_string());
     std::mem::forget(held_by_a);
     drop(a);
-    // several reclaim scans of X (every 150 ms) with the innocent request due: the
-    // scenario's timing, not synchronization
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // The innocent request comes due (claim_idle after A's last lease renewal) and stays
+    // due through three of X's reclaim scans (every claim_idle / 2): X, with the poison
+    // request in hand, must leave it where it is.
+    let (url, stream) = (server.url(), format!("pelican:{{{}}}:stream", q.name));
+    eventually(
+        Duration::from_secs(10),
+        "the innocent request due for three reclaim scans",
+        || async {
+            let (owner, idle, _) = pending_entry(&url, &stream, &entry).await;
+            idle >= 300 + 3 * 150 || owner != a_name
+        },
+    )
+    .await;
+    let (owner, _, deliveries) = pending_entry(&url, &stream, &entry).await;
+    assert_eq!(
+        owner, a_name,
+        "a consumer with work in hand took a last delivery"
+    );
+    assert_eq!(deliveries, 1);
     // X dies of the poison request, with whatever it holds.
     std::mem::forget(d);
     drop(x);
@@ -455,4 +472,20 @@ async fn the_janitor_leaves_malformed_entries_alone() {
     .await;
     stop.stop();
     served.await.unwrap().unwrap();
+}
+
+/// Owner, idle ms and delivery count of one pending entry of the group.
+async fn pending_entry(url: &str, stream: &str, id: &str) -> (String, u64, u64) {
+    let mut c = raw_conn(url).await.unwrap();
+    let v: Vec<(String, String, u64, u64)> = redis::cmd("XPENDING")
+        .arg(stream)
+        .arg("pelican")
+        .arg(id)
+        .arg(id)
+        .arg(1)
+        .query_async(&mut c)
+        .await
+        .unwrap();
+    let (_, owner, idle, deliveries) = v.into_iter().next().expect("the entry is pending");
+    (owner, idle, deliveries)
 }
