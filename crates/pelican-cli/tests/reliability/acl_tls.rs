@@ -135,11 +135,7 @@ async fn core(fault: &str, t: &Target) -> Summary {
         fault,
         "2 workers x 32, handler crash-if:poison,sleep:10, 200 in flight, 1 SIGKILL, 1 poison (max_deliveries 2)",
     );
-    s.duration = duration;
-    s.requests = N;
-    s.lost = report.lost();
-    s.hung = report.hung;
-    s.duplicates = report.wrong + report.resolved_twice;
+    s.account(duration, N, &report, 0);
     s.reruns = reruns;
     s.set("cached_outcomes_left", left.outcomes);
     s

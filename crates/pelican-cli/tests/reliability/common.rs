@@ -93,6 +93,24 @@ pub struct Summary {
 }
 
 impl Summary {
+    /// Fills in the run's accounting from the load's report: `requests` submitted, lost,
+    /// hung, and duplicates (wrong or twice-resolved answers, plus outcomes the reply spy
+    /// saw pushed twice).
+    pub fn account(
+        &mut self,
+        duration: Duration,
+        requests: u64,
+        report: &LoadReport,
+        spied_duplicates: u64,
+    ) -> &mut Self {
+        self.duration = duration;
+        self.requests = requests;
+        self.lost = report.lost();
+        self.hung = report.hung;
+        self.duplicates = report.wrong + report.resolved_twice + spied_duplicates;
+        self
+    }
+
     pub fn new(fault: &str, load: &str) -> Summary {
         Summary {
             fault: fault.to_string(),

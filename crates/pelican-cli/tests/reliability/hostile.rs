@@ -59,6 +59,15 @@ fn rid(i: usize) -> String {
 
 const GOOD_BODY: &str = r#"{"i":1,"run":"foreign"}"#;
 
+/// A request entry with a valid rid and deadline, and `body`.
+fn plain(c: &Ctx, i: usize, body: impl AsRef<[u8]>) -> Fields {
+    vec![
+        f("rid", rid(i)),
+        f("deadline", &c.in_a_minute),
+        f("body", body),
+    ]
+}
+
 fn kinds() -> Vec<Kind> {
     vec![
         Kind {
@@ -161,49 +170,25 @@ fn kinds() -> Vec<Kind> {
             name: "body not JSON",
             reason: Some("undecodable body"),
             wrong_type_key: false,
-            fields: |c, i| {
-                vec![
-                    f("rid", rid(i)),
-                    f("deadline", &c.in_a_minute),
-                    f("body", "{not json"),
-                ]
-            },
+            fields: |c, i| plain(c, i, "{not json"),
         },
         Kind {
             name: "body not UTF-8",
             reason: Some("undecodable body"),
             wrong_type_key: false,
-            fields: |c, i| {
-                vec![
-                    f("rid", rid(i)),
-                    f("deadline", &c.in_a_minute),
-                    f("body", b"\"\xff\xfe\""),
-                ]
-            },
+            fields: |c, i| plain(c, i, b"\"\xff\xfe\""),
         },
         Kind {
             name: "empty body",
             reason: Some("undecodable body"),
             wrong_type_key: false,
-            fields: |c, i| {
-                vec![
-                    f("rid", rid(i)),
-                    f("deadline", &c.in_a_minute),
-                    f("body", ""),
-                ]
-            },
+            fields: |c, i| plain(c, i, ""),
         },
         Kind {
             name: "JSON with trailing garbage",
             reason: Some("undecodable body"),
             wrong_type_key: false,
-            fields: |c, i| {
-                vec![
-                    f("rid", rid(i)),
-                    f("deadline", &c.in_a_minute),
-                    f("body", r#"{"i":1} x"#),
-                ]
-            },
+            fields: |c, i| plain(c, i, r#"{"i":1} x"#),
         },
         Kind {
             name: "unrelated fields only",
@@ -489,11 +474,7 @@ async fn hostile_writes_never_stop_the_consumers() {
             "{WORKERS} workers x {CONCURRENCY}, handler sleep:5; {NORMAL} normal requests, 100 in flight, during {HOSTILE} hostile writes"
         ),
     );
-    s.duration = duration;
-    s.requests = NORMAL + 1;
-    s.lost = report.lost();
-    s.hung = report.hung;
-    s.duplicates = report.wrong + report.resolved_twice;
+    s.account(duration, NORMAL + 1, &report, 0);
     s.reruns = fleet.log.lock().unwrap().redelivered;
     s.set("bad_entries", bad)
         .set("dead_letters", reasons.len() as u64)

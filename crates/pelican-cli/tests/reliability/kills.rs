@@ -93,11 +93,7 @@ async fn sigkilled_workers_lose_nothing() {
             "{WORKERS} workers x {CONCURRENCY}, handler sleep:20, {IN_FLIGHT} in flight, claim_idle {CLAIM_IDLE_MS} ms"
         ),
     );
-    s.duration = duration;
-    s.requests = n;
-    s.lost = report.lost();
-    s.hung = report.hung;
-    s.duplicates = report.wrong + report.resolved_twice + spied.duplicated;
+    s.account(duration, n, &report, spied.duplicated);
     s.reruns = redelivered;
     s.set("kills", fleet.kills)
         .set("redelivered_runs", redelivered)

@@ -87,11 +87,7 @@ async fn poison_is_dead_lettered_and_normal_requests_flow() {
             "{WORKERS} workers x {CONCURRENCY}, handler crash-if:poison,sleep:20, {IN_FLIGHT} in flight, 1 in 500 poison, max_deliveries {MAX_DELIVERIES}, claim_idle {CLAIM_IDLE_MS} ms"
         ),
     );
-    s.duration = duration;
-    s.requests = n;
-    s.lost = report.lost();
-    s.hung = report.hung;
-    s.duplicates = report.wrong + report.resolved_twice + spied.duplicated;
+    s.account(duration, n, &report, spied.duplicated);
     s.reruns = redelivered;
     s.set("poison", poisoned)
         .set("poison_dead", report.poison_dead)

@@ -154,11 +154,7 @@ async fn cut_stalled_and_slow_connections() {
             "{WORKERS} workers x {CONCURRENCY} (a proxy each), handler sleep:20, {IN_FLIGHT} in flight, claim_idle {CLAIM_IDLE_MS} ms"
         ),
     );
-    s.duration = duration;
-    s.requests = n;
-    s.lost = report.lost();
-    s.hung = report.hung;
-    s.duplicates = report.wrong + report.resolved_twice + spied.duplicated;
+    s.account(duration, n, &report, spied.duplicated);
     s.reruns = redelivered + extra_runs;
     s.set("submit_retries", report.submit_retries)
         .set("outcomes_pushed", spied.pairs)

@@ -56,11 +56,7 @@ async fn slow_handlers_keep_their_leases_under_load() {
             "{WORKERS} workers x {CONCURRENCY}, handler sleep:{HANDLER_MS}, {in_flight} in flight, claim_idle {CLAIM_IDLE_MS} ms"
         ),
     );
-    s.duration = duration;
-    s.requests = n;
-    s.lost = report.lost();
-    s.hung = report.hung;
-    s.duplicates = report.wrong + report.resolved_twice + spied.duplicated;
+    s.account(duration, n, &report, spied.duplicated);
     s.reruns = redelivered + rerun.1;
     s.set("handler_runs", runs)
         .set("leases_lost", leases_lost)
