@@ -118,11 +118,7 @@ async fn innocent_requests_are_not_dead_lettered_with_poison() {
     let _one_at_a_time = serial().await;
     let server = server();
     let q = queue_config(&server.url(), &unique_name("reg-poison"));
-    let cfg = ConsumerConfig::default()
-        .with_claim_idle(Duration::from_millis(300))
-        .with_block(Duration::from_millis(100))
-        .with_max_deliveries(3)
-        .with_prefetch(8);
+    let cfg = crash_test_consumer(3, 8);
     let p = producer(q.clone(), Duration::from_secs(60)).await;
     let mut tickets = Vec::new();
     for i in 0..8 {
@@ -203,11 +199,7 @@ async fn a_last_delivery_is_not_taken_with_work_in_hand() {
     let _one_at_a_time = serial().await;
     let server = server();
     let q = queue_config(&server.url(), &unique_name("reg-drain"));
-    let cfg = ConsumerConfig::default()
-        .with_claim_idle(Duration::from_millis(300))
-        .with_block(Duration::from_millis(100))
-        .with_max_deliveries(2)
-        .with_prefetch(4);
+    let cfg = crash_test_consumer(2, 4);
     let p = producer(q.clone(), Duration::from_secs(60)).await;
     // A takes the innocent request (and keeps its lease while it lives).
     let innocent = p.submit(&json!({ "i": 1 })).await.unwrap();
@@ -488,4 +480,14 @@ async fn pending_entry(url: &str, stream: &str, id: &str) -> (String, u64, u64) 
         .unwrap();
     let (_, owner, idle, deliveries) = v.into_iter().next().expect("the entry is pending");
     (owner, idle, deliveries)
+}
+
+/// The consumers of the poison scenarios: claim_idle 300 ms (reclaim scans every
+/// 150 ms), short blocks.
+fn crash_test_consumer(max_deliveries: u32, prefetch: usize) -> ConsumerConfig {
+    ConsumerConfig::default()
+        .with_claim_idle(Duration::from_millis(300))
+        .with_block(Duration::from_millis(100))
+        .with_max_deliveries(max_deliveries)
+        .with_prefetch(prefetch)
 }
