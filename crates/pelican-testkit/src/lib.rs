@@ -100,3 +100,36 @@ pub fn unique_name(prefix: &str) -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!("t-{prefix}-{}-{n}", std::process::id())
 }
+
+/// A field of an XINFO reply (RESP2 flat array or RESP3 map).
+pub fn info_field<'a>(v: &'a redis::Value, name: &str) -> Option<&'a redis::Value> {
+    match v {
+        redis::Value::Array(a) => a
+            .chunks(2)
+            .find(|kv| matches!(&kv[0], redis::Value::BulkString(b) if b == name.as_bytes()))
+            .and_then(|kv| kv.get(1)),
+        redis::Value::Map(m) => m
+            .iter()
+            .find(|(k, _)| matches!(k, redis::Value::BulkString(b) if b == name.as_bytes()))
+            .map(|(_, v)| v),
+        _ => None,
+    }
+}
+
+/// An integer field of an XINFO reply.
+pub fn info_int(v: &redis::Value, name: &str) -> Option<i64> {
+    match info_field(v, name)? {
+        redis::Value::Int(i) => Some(*i),
+        redis::Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+/// A string field of an XINFO reply.
+pub fn info_str(v: &redis::Value, name: &str) -> Option<String> {
+    match info_field(v, name)? {
+        redis::Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        redis::Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}

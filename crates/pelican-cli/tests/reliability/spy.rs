@@ -4,6 +4,7 @@
 
 use crate::common::PREFIX;
 use crate::fleet::rid_key;
+use pelican_testkit::info_int;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Value};
 use std::collections::HashMap;
@@ -214,24 +215,4 @@ pub fn stream_entries(v: &Value) -> Vec<(String, Vec<Vec<u8>>)> {
         }
     }
     out
-}
-
-/// A field of an XINFO reply (RESP2 flat array or RESP3 map).
-pub fn info_int(v: &Value, name: &str) -> Option<i64> {
-    let field = match v {
-        Value::Array(a) => a
-            .chunks(2)
-            .find(|kv| matches!(&kv[0], Value::BulkString(b) if b == name.as_bytes()))
-            .and_then(|kv| kv.get(1)),
-        Value::Map(m) => m
-            .iter()
-            .find(|(k, _)| matches!(k, Value::BulkString(b) if b == name.as_bytes()))
-            .map(|(_, v)| v),
-        _ => None,
-    }?;
-    match field {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
 }

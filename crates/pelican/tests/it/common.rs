@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use pelican::{Consumer, ConsumerConfig, HandlerError, Job, ProducerConfig, QueueConfig, Stopper};
-use pelican_testkit::{unique_name, RedisServer};
+use pelican_testkit::{info_int, info_str, unique_name, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 use serde::{Deserialize, Serialize};
@@ -238,37 +238,6 @@ impl Probe {
             cmd.arg(*k).arg(*v);
         }
         self.query(&cmd).await
-    }
-}
-
-/// A field of an XINFO reply (RESP2 flat array or RESP3 map).
-pub fn info_field<'a>(v: &'a Value, name: &str) -> Option<&'a Value> {
-    match v {
-        Value::Array(a) => a
-            .chunks(2)
-            .find(|kv| matches!(&kv[0], Value::BulkString(b) if b == name.as_bytes()))
-            .and_then(|kv| kv.get(1)),
-        Value::Map(m) => m
-            .iter()
-            .find(|(k, _)| matches!(k, Value::BulkString(b) if b == name.as_bytes()))
-            .map(|(_, v)| v),
-        _ => None,
-    }
-}
-
-pub fn info_int(v: &Value, name: &str) -> Option<i64> {
-    match info_field(v, name)? {
-        Value::Int(i) => Some(*i),
-        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
-        _ => None,
-    }
-}
-
-pub fn info_str(v: &Value, name: &str) -> Option<String> {
-    match info_field(v, name)? {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
     }
 }
 
