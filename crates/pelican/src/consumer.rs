@@ -42,6 +42,10 @@ pub(crate) struct CInner {
     pub(crate) name: String,
     /// Entries this consumer holds, by stream id.
     held: Mutex<HashMap<String, Held>>,
+    /// Held across a lease renewal and across a release: a renewal (`XCLAIM JUSTID`,
+    /// idle back to 0) that was decided before an entry was released must not land after
+    /// the release (`XCLAIM IDLE`), or the released entry waits a whole claim_idle.
+    lease_gate: tokio::sync::Mutex<()>,
     slots: Arc<Semaphore>,
     writer_tx: mpsc::UnboundedSender<WriteJob>,
     stop: CancellationToken,
@@ -144,6 +148,7 @@ where
             config,
             name,
             held: Mutex::new(HashMap::new()),
+            lease_gate: tokio::sync::Mutex::new(()),
             writer_tx,
             stop: CancellationToken::new(),
         });
@@ -815,6 +820,7 @@ async fn release(
     sids: &[String],
 ) -> Result<()> {
     let sh = &inner.shared;
+    let _gate = inner.lease_gate.lock().await;
     let mut cmd = evalsha(&sh.scripts.release, &[&sh.keys.stream]);
     cmd.arg(&sh.keys.group).arg(&inner.name).arg(idle_ms);
     for s in sids {
@@ -879,12 +885,15 @@ async fn maintenance(weak: std::sync::Weak<CInner>) {
 }
 
 async fn renew(inner: &CInner) -> Result<()> {
+    let _gate = inner.lease_gate.lock().await;
+    // Entries being finished or released need no lease any more (and a released one
+    // must not get one).
     let ids: Vec<String> = inner
         .held
         .lock()
         .unwrap()
         .iter()
-        .filter(|(_, h)| !h.lost)
+        .filter(|(_, h)| !h.lost && !h.finishing)
         .map(|(sid, _)| sid.clone())
         .collect();
     if ids.is_empty() {
