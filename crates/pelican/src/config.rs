@@ -47,7 +47,9 @@ pub const MAX_QUEUE_NAME_LEN: usize = 128;
 pub const MAX_REQUEST_ID_LEN: usize = 256;
 
 /// Where a queue lives: the Redis URL, the queue's name and the key prefix.
-#[derive(Debug, Clone)]
+///
+/// Its `Debug` output shows the URL without its password.
+#[derive(Clone)]
 pub struct QueueConfig {
     /// Redis URL: `redis://[user:password@]host:port[/db]` (or `rediss://` for TLS when
     /// built with the `tls` feature).
@@ -81,6 +83,43 @@ pub struct QueueConfig {
     /// For `rediss://` URLs: the PEM certificate(s) of the CA to trust instead of the
     /// system's roots (a private CA). Default none. Needs the `tls` feature.
     pub tls_root_ca_pem: Option<Vec<u8>>,
+}
+
+impl std::fmt::Debug for QueueConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueueConfig")
+            .field("url", &redacted_url(&self.url))
+            .field("name", &self.name)
+            .field("prefix", &self.prefix)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .field("command_timeout", &self.command_timeout)
+            .field("janitor_interval", &self.janitor_interval)
+            .field("result_ttl", &self.result_ttl)
+            .field("consumer_gc_after", &self.consumer_gc_after)
+            .field("dead_maxlen", &self.dead_maxlen)
+            .field("reply_maxlen", &self.reply_maxlen)
+            .field(
+                "tls_root_ca_pem",
+                &self.tls_root_ca_pem.as_ref().map(|p| format!("{} bytes", p.len())),
+            )
+            .finish()
+    }
+}
+
+/// `url` with its password replaced by `***`, for messages and logs:
+/// `redis://user:secret@host:6379` becomes `redis://user:***@host:6379`.
+pub fn redacted_url(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(s), Some(at)) if at > s => {
+            let creds = &url[s + 3..at];
+            match creds.find(':') {
+                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
+                // `redis://secret@host`: a lone credential is taken as the password.
+                None => format!("{}***{}", &url[..s + 3], &url[at..]),
+            }
+        }
+        _ => url.to_string(),
+    }
 }
 
 impl QueueConfig {
@@ -217,7 +256,8 @@ impl QueueConfig {
 
 fn bad_url(url: &str, e: redis::RedisError) -> Error {
     Error::config(format!(
-        "invalid Redis URL {url:?}: {e}; expected redis://[user:password@]host[:port][/db]"
+        "invalid Redis URL {:?}: {e}; expected redis://[user:password@]host[:port][/db]",
+        redacted_url(url)
     ))
     .with_source(e)
 }
@@ -234,7 +274,8 @@ fn tls_client(url: &str, info: redis::ConnectionInfo, ca: Option<&[u8]>) -> Resu
 #[cfg(not(feature = "tls"))]
 fn tls_client(url: &str, _: redis::ConnectionInfo, _: Option<&[u8]>) -> Result<redis::Client> {
     Err(Error::config(format!(
-        "{url:?} asks for TLS, but pelican was built without it: enable the `tls` feature"
+        "{:?} asks for TLS, but pelican was built without it: enable the `tls` feature",
+        redacted_url(url)
     )))
 }
 
@@ -245,8 +286,9 @@ fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
         || url.starts_with("redis+unix://");
     if !scheme_ok {
         return Err(Error::config(format!(
-            "invalid Redis URL {url:?}: expected redis://[user:password@]host[:port][/db] \
-             (or rediss:// for TLS)"
+            "invalid Redis URL {:?}: expected redis://[user:password@]host[:port][/db] \
+             (or rediss:// for TLS)",
+            redacted_url(url)
         )));
     }
     use redis::IntoConnectionInfo;
@@ -492,6 +534,28 @@ fn positive(what: &str, d: Duration) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn passwords_are_redacted() {
+        assert_eq!(
+            redacted_url("redis://user:secret@host:1/0"),
+            "redis://user:***@host:1/0"
+        );
+        assert_eq!(redacted_url("redis://:secret@host:1"), "redis://:***@host:1");
+        assert_eq!(redacted_url("redis://secret@host:1"), "redis://***@host:1");
+        assert_eq!(redacted_url("redis://host:1"), "redis://host:1");
+    }
+
+    #[test]
+    fn debug_output_hides_the_password() {
+        let q = QueueConfig::new("redis://pelican:hunter2@127.0.0.1:6379", "jobs")
+            .with_tls_root_ca_pem(b"-----BEGIN CERTIFICATE-----".to_vec());
+        let shown = format!("{q:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("redis://pelican:***@127.0.0.1:6379"), "{shown}");
+        let err = QueueConfig::new("http://u:hunter2@host", "jobs").client().unwrap_err();
+        assert!(!err.to_string().contains("hunter2"), "{err}");
+    }
 
     #[test]
     fn queue_names_are_checked() {

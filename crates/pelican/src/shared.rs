@@ -56,7 +56,7 @@ impl Shared {
                 Error::redis(
                     &format!(
                         "cannot connect to Redis at {} (is redis-server running and reachable?)",
-                        redacted(&queue.url)
+                        crate::config::redacted_url(&queue.url)
                     ),
                     e,
                 )
@@ -214,20 +214,6 @@ pub struct JanitorReport {
     pub consumers_removed: u64,
 }
 
-/// The URL without its password, for messages.
-pub(crate) fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
-
 /// Runs `op`, an idempotent command, once more if it failed on a dropped connection.
 /// A `ConnectionManager` (RESP2) learns that its connection died only from the first
 /// command that fails on it, and reconnects in the background; a command that is
@@ -256,17 +242,5 @@ impl Backoff {
         let d = self.0;
         self.0 = (self.0 * 2).min(Duration::from_secs(2));
         d
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn passwords_are_redacted() {
-        assert_eq!(
-            super::redacted("redis://user:secret@host:1/0"),
-            "redis://user:***@host:1/0"
-        );
-        assert_eq!(super::redacted("redis://host:1"), "redis://host:1");
     }
 }
