@@ -485,10 +485,7 @@ impl Admin {
     /// producers and consumers still attached lose their state.
     pub async fn destroy(&self) -> Result<u64> {
         let keys = self
-            .scan(&Keys::pattern(
-                &self.shared.queue.prefix,
-                &self.shared.queue.name,
-            ))
+            .scan(&self.shared.keys.pattern())
             .await?;
         let mut n = 0;
         for chunk in keys.chunks(500) {

@@ -244,6 +244,11 @@ fn validate_name(what: &str, name: &str) -> Result<()> {
 }
 
 impl QueueConfig {
+    /// The Redis keys of this queue (for looking at Redis directly).
+    pub fn keys(&self) -> crate::Keys {
+        crate::Keys::new(&self.prefix, &self.name)
+    }
+
     /// The Redis client for this queue's URL (and TLS settings).
     pub(crate) fn client(&self) -> Result<redis::Client> {
         let info = connection_info(&self.url)?;

@@ -1,9 +1,10 @@
 //! Every Redis key of a queue is built here, and only here. All carry the hash tag
 //! `{queue}` so that every script touches one cluster slot.
 
-/// The keys of one queue.
-#[derive(Debug, Clone)]
-pub(crate) struct Keys {
+/// The Redis keys of one queue, for operators and tests that look at Redis directly
+/// (`redis-cli`, a dashboard): get them with [`crate::QueueConfig::keys`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
     pub(crate) stream: String,
     pub(crate) dead: String,
     /// Prefix of the per-request keys; the request id is appended (by Rust or by Lua).
@@ -16,7 +17,8 @@ pub(crate) struct Keys {
 }
 
 impl Keys {
-    pub(crate) fn new(prefix: &str, queue: &str) -> Keys {
+    /// The keys of queue `queue` under key prefix `prefix`.
+    pub fn new(prefix: &str, queue: &str) -> Keys {
         let base = format!("{prefix}:{{{queue}}}");
         Keys {
             stream: format!("{base}:stream"),
@@ -28,17 +30,39 @@ impl Keys {
         }
     }
 
-    pub(crate) fn req(&self, rid: &str) -> String {
+    /// The request stream.
+    pub fn stream(&self) -> &str {
+        &self.stream
+    }
+
+    /// The dead-letter stream.
+    pub fn dead(&self) -> &str {
+        &self.dead
+    }
+
+    /// The janitor's lock key.
+    pub fn janitor_lock(&self) -> &str {
+        &self.janitor_lock
+    }
+
+    /// The consumer group's name (not a key).
+    pub fn group(&self) -> &str {
+        &self.group
+    }
+
+    /// The state key of request `rid` (pending, or its cached outcome).
+    pub fn req(&self, rid: &str) -> String {
         format!("{}{rid}", self.req_prefix)
     }
 
-    pub(crate) fn reply(&self, producer: &str) -> String {
+    /// The reply stream of producer `producer`.
+    pub fn reply(&self, producer: &str) -> String {
         format!("{}{producer}", self.reply_prefix)
     }
 
-    /// A pattern matching every key of the queue (for SCAN in admin tools and tests).
-    pub(crate) fn pattern(prefix: &str, queue: &str) -> String {
-        format!("{prefix}:{{{queue}}}:*")
+    /// A pattern matching every key of the queue (for SCAN).
+    pub fn pattern(&self) -> String {
+        format!("{}*", self.stream.trim_end_matches("stream"))
     }
 }
 
@@ -59,5 +83,6 @@ mod tests {
             assert!(key.starts_with("pelican:{jobs}:"), "{key}");
         }
         assert_eq!(k.req("abc"), "pelican:{jobs}:req:abc");
+        assert_eq!(k.pattern(), "pelican:{jobs}:*");
     }
 }

@@ -83,5 +83,6 @@ pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};
 pub use delivery::{Delivery, HandlerError, Job};
 pub use error::{Error, ErrorKind, Result};
+pub use keys::Keys;
 pub use producer::{Producer, Submitted, Ticket};
 pub use shared::JanitorReport;
