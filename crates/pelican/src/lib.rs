@@ -61,28 +61,25 @@
 struct ReadmeDoctests;
 
 pub mod admin;
+mod clock;
 mod codec;
 pub mod config;
+mod conn;
 mod consumer;
-mod delivery;
-mod entry;
 mod error;
 mod ids;
-mod keys;
 mod metrics;
-mod outcome;
 mod producer;
-mod scripts;
+mod protocol;
 mod shared;
 mod task;
-mod wire;
 
 pub use admin::Admin;
 pub use codec::{Codec, CodecError, Json};
 pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};
-pub use delivery::{Delivery, HandlerError, Job};
+pub use consumer::{Delivery, HandlerError, Job};
 pub use error::{Error, ErrorKind, Result};
-pub use keys::Keys;
+pub use protocol::keys::Keys;
 pub use producer::{Producer, Submitted, Ticket};
 pub use shared::JanitorReport;

@@ -8,11 +8,13 @@
 
 use crate::codec::{Codec, Json};
 use crate::config::{validate_request_id, ProducerConfig, QueueConfig};
-use crate::entry;
+use crate::protocol::entry;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
-use crate::outcome::Outcome;
-use crate::shared::{ms, now_ms, retry_if_dropped, Backoff, Shared};
+use crate::protocol::outcome::Outcome;
+use crate::clock::{ms, now_ms};
+use crate::conn::retry::{retry_if_dropped, Backoff};
+use crate::shared::Shared;
 use crate::task::TaskSet;
 use serde::{de::DeserializeOwned, Serialize};
 use std::collections::HashMap;

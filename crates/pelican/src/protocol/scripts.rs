@@ -4,7 +4,7 @@
 
 use redis::Script;
 
-const LIB: &str = include_str!("../lua/lib.lua");
+const LIB: &str = include_str!("../../lua/lib.lua");
 
 fn with_lib(body: &str) -> Script {
     Script::new(&format!("{LIB}\n{body}"))
@@ -26,15 +26,15 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Scripts {
         Scripts {
-            submit: with_lib(include_str!("../lua/submit.lua")),
-            complete: with_lib(include_str!("../lua/complete.lua")),
-            reclaim: with_lib(include_str!("../lua/reclaim.lua")),
-            renew: Script::new(include_str!("../lua/renew.lua")),
-            release: Script::new(include_str!("../lua/release.lua")),
-            reject: with_lib(include_str!("../lua/reject.lua")),
-            cancel: Script::new(include_str!("../lua/cancel.lua")),
-            janitor: with_lib(include_str!("../lua/janitor.lua")),
-            requeue: with_lib(include_str!("../lua/requeue.lua")),
+            submit: with_lib(include_str!("../../lua/submit.lua")),
+            complete: with_lib(include_str!("../../lua/complete.lua")),
+            reclaim: with_lib(include_str!("../../lua/reclaim.lua")),
+            renew: Script::new(include_str!("../../lua/renew.lua")),
+            release: Script::new(include_str!("../../lua/release.lua")),
+            reject: with_lib(include_str!("../../lua/reject.lua")),
+            cancel: Script::new(include_str!("../../lua/cancel.lua")),
+            janitor: with_lib(include_str!("../../lua/janitor.lua")),
+            requeue: with_lib(include_str!("../../lua/requeue.lua")),
         }
     }
 }

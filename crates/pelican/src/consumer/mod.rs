@@ -7,12 +7,16 @@
 
 use crate::codec::{Codec, Json};
 use crate::config::{ConsumerConfig, QueueConfig};
-use crate::delivery::{Delivery, HandlerError, Job};
-use crate::entry::{self, parse_entries, RawEntry, Request};
+mod delivery;
+pub use delivery::{Delivery, HandlerError, Job};
+use crate::protocol::entry::{self, parse_entries, RawEntry, Request};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
-use crate::outcome::Outcome;
-use crate::shared::{evalsha, ms, now_ms, retry_if_dropped, Backoff, OwnConn, Shared};
+use crate::protocol::outcome::Outcome;
+use crate::clock::{ms, now_ms};
+use crate::conn::retry::{retry_if_dropped, Backoff};
+use crate::conn::{evalsha, OwnConn};
+use crate::shared::Shared;
 use crate::task::TaskSet;
 use futures_util::FutureExt;
 use redis::Value;

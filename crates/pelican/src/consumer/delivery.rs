@@ -1,10 +1,10 @@
 //! One request in a consumer's hands.
 
 use crate::codec::{Codec, Json};
-use crate::consumer::{CInner, Completion, Release, WriteJob};
+use super::{CInner, Completion, Release, WriteJob};
 use crate::error::{Error, ErrorKind, Result};
-use crate::outcome::Outcome;
-use crate::shared::ms;
+use crate::protocol::outcome::Outcome;
+use crate::clock::ms;
 use serde::Serialize;
 use std::future::Future;
 use std::marker::PhantomData;

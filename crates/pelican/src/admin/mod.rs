@@ -2,11 +2,12 @@
 //! purge, janitor, destroy.
 
 use crate::config::QueueConfig;
-use crate::entry::{self, parse_entries};
+use crate::protocol::entry::{self, parse_entries};
 use crate::error::{Error, ErrorKind, Result};
-use crate::keys::Keys;
-use crate::outcome::Outcome;
-use crate::shared::{ms, now_ms, JanitorReport, Shared};
+use crate::protocol::keys::Keys;
+use crate::protocol::outcome::Outcome;
+use crate::clock::{ms, now_ms};
+use crate::shared::{JanitorReport, Shared};
 use redis::Value;
 use serde::Serialize;
 use std::collections::BTreeSet;

@@ -1,0 +1,14 @@
+//! The protocol: what pelican writes to Redis and how it reads it back. Described for
+//! people in `docs/PROTOCOL.md`; every key, value and script call is built here.
+//!
+//! - [`keys`]: every key of a queue.
+//! - [`entry`]: request stream entries (and the RESP values they arrive in).
+//! - [`index`]: the value of a request's state key, `req:<rid>`.
+//! - [`outcome`]: an outcome as it is stored and pushed.
+//! - [`scripts`]: the Lua scripts (`lua/*.lua`), one typed call per script.
+
+pub(crate) mod entry;
+pub(crate) mod index;
+pub(crate) mod keys;
+pub(crate) mod outcome;
+pub(crate) mod scripts;
