@@ -1,0 +1,144 @@
+//! The producer's slow loop: trim and refresh its reply stream, sweep for outcomes whose
+//! push was missed, run the janitor.
+
+use super::pending::{Inner, SubmitJob};
+use super::replies::create_reply_stream;
+use crate::clock::{ms, now_ms};
+use crate::error::{Error, Result};
+use crate::protocol::index::IndexValue;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How often the loop wakes: the reply stream is trimmed this soon after outcomes are read
+/// (a busy producer keeps it short); the other steps have their own, longer intervals.
+const TICK: Duration = Duration::from_millis(250);
+
+/// Every 250 ms: trim the reply stream, keep it alive, sweep for missed outcomes and
+/// run the janitor when due.
+pub(super) async fn maintenance(weak: std::sync::Weak<Inner>) {
+    let tick = TICK;
+    let mut trimmed_to = String::new();
+    let mut last_refresh = Instant::now();
+    let mut last_sweep = Instant::now();
+    let mut last_janitor = Instant::now() - Duration::from_secs(3600);
+    loop {
+        tokio::time::sleep(tick).await;
+        let Some(inner) = weak.upgrade() else { return };
+        let sh = &inner.shared;
+        let mut conn = sh.conn();
+        let last = inner.last_reply_id.lock().unwrap().clone();
+        if last != trimmed_to {
+            let r: redis::RedisResult<i64> = redis::cmd("XTRIM")
+                .arg(&inner.reply_key)
+                .arg("MINID")
+                .arg(&last)
+                .query_async(&mut conn)
+                .await;
+            if r.is_ok() {
+                trimmed_to = last;
+            }
+        }
+        // A forced sweep follows a broken connection: Redis may have restarted and lost
+        // the reply stream, so check it now rather than at the next refresh.
+        let forced = inner.sweep_now.swap(false, Ordering::SeqCst);
+        if forced || last_refresh.elapsed() >= inner.config.reply_ttl / 3 {
+            let r: redis::RedisResult<i64> = redis::cmd("PEXPIRE")
+                .arg(&inner.reply_key)
+                .arg(ms(inner.config.reply_ttl))
+                .query_async(&mut conn)
+                .await;
+            match r {
+                Ok(1) => last_refresh = Instant::now(),
+                Ok(_) => {
+                    tracing::warn!(producer = %inner.id, "reply stream was gone (Redis restarted or flushed?); recreating it");
+                    if create_reply_stream(sh, &inner.reply_key, inner.config.reply_ttl)
+                        .await
+                        .is_ok()
+                    {
+                        last_refresh = Instant::now();
+                        inner.sweep_now.store(true, Ordering::SeqCst);
+                    }
+                }
+                Err(_) => {}
+            }
+        }
+        let forced = forced || inner.sweep_now.swap(false, Ordering::SeqCst);
+        if forced || last_sweep.elapsed() >= inner.config.sweep_interval {
+            let min_age = if forced {
+                Duration::ZERO
+            } else {
+                inner.config.sweep_interval
+            };
+            match sweep(&inner, min_age).await {
+                Ok(()) => last_sweep = Instant::now(),
+                Err(e) => {
+                    tracing::debug!(error = %e, "sweep failed; will retry");
+                    inner.sweep_now.store(true, Ordering::SeqCst);
+                }
+            }
+        }
+        if last_janitor.elapsed() >= sh.queue.janitor_interval {
+            last_janitor = Instant::now();
+            if let Err(e) = sh.janitor(&inner.id).await {
+                tracing::debug!(error = %e, "janitor failed");
+            }
+        }
+    }
+}
+
+/// Looks up the outcomes of requests waiting at least `min_age` directly. Finds outcomes
+/// whose push was missed; resubmits indexed requests that Redis no longer knows (lost
+/// in a restart without persistence).
+async fn sweep(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
+    let due: Vec<(String, bool)> = {
+        let st = inner.state.lock().unwrap();
+        st.pending
+            .iter()
+            // Without an index no outcome is stored: nothing to look up.
+            .filter(|(_, p)| p.indexed && p.queued && p.started.elapsed() >= min_age)
+            .map(|(rid, p)| (rid.clone(), p.deadline_ms > now_ms()))
+            .collect()
+    };
+    let sh = &inner.shared;
+    for chunk in due.chunks(500) {
+        let keys: Vec<String> = chunk.iter().map(|(rid, _)| sh.keys.req(rid)).collect();
+        let vals: Vec<Option<Vec<u8>>> = redis::cmd("MGET")
+            .arg(&keys)
+            .query_async(&mut sh.conn())
+            .await
+            .map_err(|e| Error::redis("sweeping for outcomes", e))?;
+        for ((rid, alive), v) in chunk.iter().zip(vals) {
+            match v.as_deref().map(IndexValue::decode) {
+                Some(Some(IndexValue::Done(o))) => inner.resolve(rid, Ok(o)),
+                // In flight, and this producer is among its waiters: the push will come.
+                Some(Some(IndexValue::Pending(p))) if p.has_waiter(&inner.id) => {}
+                // Unknown to Redis (lost in a restart without persistence), in flight
+                // without this producer (a requeued dead letter, a value rewritten by
+                // someone else) or not pelican's: submit it again while it has time.
+                _ if *alive => resubmit(inner, rid),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+fn resubmit(inner: &Inner, rid: &str) {
+    let job = {
+        let st = inner.state.lock().unwrap();
+        let Some(p) = st.pending.get(rid) else { return };
+        SubmitJob {
+            rid: rid.to_string(),
+            body: p.body.clone(),
+            deadline_ms: p.deadline_ms,
+            indexed: p.indexed,
+            ack: None,
+        }
+    };
+    tracing::info!(
+        rid,
+        "request unknown to Redis (lost in a restart?); submitting it again"
+    );
+    let _ = inner.submit_tx.send(job);
+}

@@ -1,0 +1,176 @@
+//! The producer's state: the requests it waits for (the waiters table) and how an
+//! outcome reaches every local waiter of a request.
+
+use crate::clock::now_ms;
+use crate::config::ProducerConfig;
+use crate::error::{Error, Result};
+use crate::protocol::outcome::Outcome;
+use crate::shared::Shared;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::{mpsc, oneshot};
+
+/// Most times a request that expired before a local waiter's deadline is submitted again.
+const MAX_EXPIRY_RESUBMITS: u8 = 3;
+/// Time a local waiter must have left for an expired request to be submitted again.
+const MIN_TIME_LEFT_MS: u64 = 50;
+
+/// What a waiter is told: an outcome from Redis, or an error on the way.
+pub(crate) type Resolution = std::result::Result<Outcome, Error>;
+
+pub(crate) struct Inner {
+    pub(crate) shared: Arc<Shared>,
+    pub(crate) config: ProducerConfig,
+    pub(crate) id: String,
+    pub(crate) reply_key: String,
+    pub(crate) state: Mutex<State>,
+    pub(crate) submit_tx: mpsc::UnboundedSender<SubmitJob>,
+    pub(crate) cancel_tx: mpsc::UnboundedSender<CancelJob>,
+    pub(crate) closed: AtomicBool,
+    pub(crate) next_token: AtomicU64,
+    pub(crate) sweep_now: AtomicBool,
+    pub(crate) last_reply_id: Mutex<String>,
+}
+
+#[derive(Default)]
+pub(crate) struct State {
+    pub(crate) pending: HashMap<String, Pending>,
+}
+
+pub(crate) struct Pending {
+    pub(crate) waiters: Vec<(u64, oneshot::Sender<Resolution>)>,
+    pub(crate) started: Instant,
+    pub(crate) deadline_ms: u64,
+    pub(crate) indexed: bool,
+    /// The stream id, once known (needed to withdraw a request without an index).
+    pub(crate) sid: Option<String>,
+    /// Kept to submit again if Redis lost the request (restart without persistence).
+    pub(crate) body: Arc<Vec<u8>>,
+    /// The submission has been acknowledged by Redis.
+    pub(crate) queued: bool,
+    /// Times this request was submitted again because it expired before a local waiter's
+    /// deadline (see `Inner::resubmit_expired`).
+    pub(crate) expiry_resubmits: u8,
+}
+
+pub(crate) struct SubmitJob {
+    pub(crate) rid: String,
+    pub(crate) body: Arc<Vec<u8>>,
+    pub(crate) deadline_ms: u64,
+    pub(crate) indexed: bool,
+    pub(crate) ack: Option<oneshot::Sender<Result<Submitted>>>,
+}
+
+pub(crate) struct CancelJob {
+    pub(crate) rid: String,
+    pub(crate) sid: Option<String>,
+}
+
+/// How a submission was taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Submitted {
+    /// A new stream entry was added.
+    Queued,
+    /// An identical request was already in flight (here or in another producer); this
+    /// submission waits for its outcome.
+    Joined,
+    /// The outcome of an identical request was still cached; no work was queued.
+    Cached,
+}
+
+impl Inner {
+    /// Hands an outcome to every local waiter of `rid`.
+    pub(crate) fn resolve(&self, rid: &str, resolution: Resolution) {
+        if matches!(resolution, Ok(Outcome::Expired(_))) && self.resubmit_expired(rid) {
+            return;
+        }
+        let pending = self.state.lock().unwrap().pending.remove(rid);
+        let Some(p) = pending else { return };
+        let label = match &resolution {
+            Ok(o) => o.label(),
+            Err(_) => "failed",
+        };
+        self.shared.metrics.resolved(label, p.started.elapsed());
+        let mut waiters = p.waiters;
+        let last = waiters.pop();
+        for (_, w) in waiters {
+            let _ = w.send(resolution.clone());
+        }
+        if let Some((_, w)) = last {
+            let _ = w.send(resolution);
+        }
+    }
+
+    /// An identical request in flight carries the deadline of whoever submitted it first;
+    /// a later submitter with more time (here, or joined from another producer) would get
+    /// "expired" although its own deadline has not passed. Such a request is submitted
+    /// again with this producer's deadline instead (expiries are not cached, so it starts
+    /// afresh, and the other producers' waiters join it). At most a few times, and only
+    /// with time left to run it. Returns whether it was submitted again.
+    pub(crate) fn resubmit_expired(&self, rid: &str) -> bool {
+        let job = {
+            let mut st = self.state.lock().unwrap();
+            let Some(p) = st.pending.get_mut(rid) else {
+                return false;
+            };
+            if !p.indexed
+                || p.expiry_resubmits >= MAX_EXPIRY_RESUBMITS
+                || p.deadline_ms < now_ms() + MIN_TIME_LEFT_MS
+            {
+                return false;
+            }
+            p.expiry_resubmits += 1;
+            p.queued = false;
+            SubmitJob {
+                rid: rid.to_string(),
+                body: p.body.clone(),
+                deadline_ms: p.deadline_ms,
+                indexed: true,
+                ack: None,
+            }
+        };
+        tracing::debug!(
+            rid,
+            "request expired before this producer's deadline; submitting it again"
+        );
+        self.submit_tx.send(job).is_ok()
+    }
+
+    /// Resolves from a reply-stream pair, if this producer waits on that request.
+    pub(crate) fn resolve_raw(&self, rid: &[u8], out: &[u8]) {
+        let Ok(rid) = std::str::from_utf8(rid) else {
+            return;
+        };
+        if !self.state.lock().unwrap().pending.contains_key(rid) {
+            return;
+        }
+        match Outcome::decode(out) {
+            Some(o) => self.resolve(rid, Ok(o)),
+            None => tracing::warn!(rid, "ignoring a malformed reply"),
+        }
+    }
+
+    /// A waiter gave up (timed out or dropped its ticket). The last one to leave
+    /// withdraws the request.
+    pub(crate) fn drop_waiter(&self, rid: &str, token: u64) {
+        let job = {
+            let mut st = self.state.lock().unwrap();
+            let Some(p) = st.pending.get_mut(rid) else {
+                return;
+            };
+            p.waiters.retain(|(t, _)| *t != token);
+            if !p.waiters.is_empty() {
+                return;
+            }
+            let p = st.pending.remove(rid).expect("present");
+            CancelJob {
+                rid: rid.to_string(),
+                sid: if p.indexed { None } else { p.sid },
+            }
+        };
+        let _ = self.cancel_tx.send(job);
+    }
+}

@@ -1,0 +1,171 @@
+//! Submissions, batched: whatever is queued while one script call is on the wire goes
+//! out in the next call, so a busy producer sends few, large calls and an idle one adds
+//! no delay.
+
+use super::pending::{Inner, SubmitJob, Submitted};
+use crate::clock::{ms, now_ms};
+use crate::conn::retry::retry_if_dropped;
+use crate::error::{Error, ErrorKind, Result};
+use crate::protocol::outcome::Outcome;
+use std::sync::Arc;
+use tokio::sync::{mpsc, Semaphore};
+
+/// Most requests sent in one script call.
+pub(super) const MAX_BATCH: usize = 256;
+/// Most script calls of one producer on the wire at once.
+const MAX_BATCHES_IN_FLIGHT: usize = 4;
+
+pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<SubmitJob>) {
+    let limit = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
+    while let Some(first) = rx.recv().await {
+        let permit = limit.clone().acquire_owned().await.expect("never closed");
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
+            }
+        }
+        let inner = inner.clone();
+        tokio::spawn(async move {
+            submit_batch(&inner, batch).await;
+            drop(permit);
+        });
+    }
+}
+
+async fn submit_batch(inner: &Arc<Inner>, batch: Vec<SubmitJob>) {
+    let (indexed, plain): (Vec<_>, Vec<_>) = batch.into_iter().partition(|j| j.indexed);
+    if !indexed.is_empty() {
+        let r = submit_indexed(inner, &indexed).await;
+        finish_submits(inner, indexed, r);
+    }
+    if !plain.is_empty() {
+        let r = submit_plain(inner, &plain).await;
+        finish_submits(inner, plain, r);
+    }
+}
+
+/// The per-job answers of a submit call: a stream id, "=" (joined) or an outcome.
+type Answers = Result<Vec<Vec<u8>>>;
+
+async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
+    let sh = &inner.shared;
+    let now = now_ms();
+    // The index outlives the deadline by the result ttl (see submit.lua).
+    let grace = ms(sh.queue.result_ttl);
+    let mut inv = sh.scripts.submit.prepare_invoke();
+    inv.key(&sh.keys.stream)
+        .key(&sh.keys.req_prefix)
+        .key(&sh.keys.reply_prefix)
+        .arg(now)
+        .arg(&inner.id)
+        .arg(grace)
+        .arg(&sh.keys.group)
+        .arg(grace)
+        .arg(sh.queue.reply_maxlen);
+    for j in jobs {
+        let index_ttl = j.deadline_ms.saturating_sub(now).max(1) + grace;
+        inv.arg(&j.rid)
+            .arg(j.deadline_ms)
+            .arg(index_ttl)
+            .arg(j.body.as_slice());
+    }
+    // Idempotent per rid (a repeat joins the first attempt's request or reads its
+    // outcome), so it may be sent again after a dropped connection.
+    let inv = &inv;
+    let v: Vec<Vec<u8>> =
+        retry_if_dropped(move || async move { inv.invoke_async(&mut sh.conn()).await })
+            .await
+            .map_err(|e| Error::redis("submitting requests", e))?;
+    Ok(v)
+}
+
+async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
+    let sh = &inner.shared;
+    let now = now_ms();
+    let mut pipe = redis::pipe();
+    for j in jobs {
+        pipe.cmd("XADD")
+            .arg(&sh.keys.stream)
+            .arg("*")
+            .arg("rid")
+            .arg(&j.rid)
+            .arg("from")
+            .arg(&inner.id)
+            .arg("deadline")
+            .arg(j.deadline_ms)
+            .arg("at")
+            .arg(now)
+            .arg("index")
+            .arg("0")
+            .arg("body")
+            .arg(j.body.as_slice());
+    }
+    let ids: Vec<String> = pipe
+        .query_async(&mut sh.conn())
+        .await
+        .map_err(|e| Error::redis("submitting requests", e))?;
+    Ok(ids
+        .into_iter()
+        .map(|id| format!("+{id}").into_bytes())
+        .collect())
+}
+
+fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
+    match answers {
+        Ok(answers) => {
+            for (mut job, a) in jobs.into_iter().zip(answers) {
+                let how = match a.first() {
+                    Some(b'+') => {
+                        let sid = String::from_utf8_lossy(&a[1..]).into_owned();
+                        let mut st = inner.state.lock().unwrap();
+                        if let Some(p) = st.pending.get_mut(&job.rid) {
+                            p.sid = Some(sid);
+                            p.queued = true;
+                        }
+                        Submitted::Queued
+                    }
+                    Some(b'=') => {
+                        if let Some(p) = inner.state.lock().unwrap().pending.get_mut(&job.rid) {
+                            p.queued = true;
+                        }
+                        Submitted::Joined
+                    }
+                    _ => match Outcome::decode(&a) {
+                        Some(o) => {
+                            inner.resolve(&job.rid, Ok(o));
+                            Submitted::Cached
+                        }
+                        None => {
+                            let e = Error::new(
+                                ErrorKind::Redis,
+                                format!(
+                                    "unexpected answer from the submit script: {:?}",
+                                    String::from_utf8_lossy(&a)
+                                ),
+                            );
+                            inner.resolve(&job.rid, Err(e.clone()));
+                            if let Some(ack) = job.ack.take() {
+                                let _ = ack.send(Err(e));
+                            }
+                            continue;
+                        }
+                    },
+                };
+                if let Some(ack) = job.ack.take() {
+                    let _ = ack.send(Ok(how));
+                }
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, n = jobs.len(), "submission failed");
+            for mut job in jobs {
+                inner.resolve(&job.rid, Err(e.clone()));
+                if let Some(ack) = job.ack.take() {
+                    let _ = ack.send(Err(e.clone()));
+                }
+            }
+        }
+    }
+}
