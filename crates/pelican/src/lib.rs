@@ -78,7 +78,7 @@ pub use admin::Admin;
 pub use codec::{Codec, CodecError, Json};
 pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};
-pub use consumer::{Delivery, HandlerError, Job};
+pub use consumer::{Delivery, HandlerError, Job, LeaseLost};
 pub use error::{Error, ErrorKind, Result};
 pub use protocol::keys::Keys;
 pub use producer::{Producer, Submitted, Ticket};

@@ -1,7 +1,8 @@
-//! One request in a consumer's hands.
+//! One request in a consumer's hands. A delivery knows nothing of the consumer but the
+//! [`Writer`] handle its outcome goes to.
 
 use crate::codec::{Codec, Json};
-use super::{CInner, Completion, Release, WriteJob};
+use super::writer::{Completion, Release, WriteJob, Writer};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::outcome::Outcome;
 use crate::clock::ms;
@@ -23,7 +24,7 @@ pub struct Job {
     pub(crate) deliveries: u32,
     pub(crate) deadline_ms: u64,
     pub(crate) submitted_ms: u64,
-    pub(crate) lease: CancellationToken,
+    pub(crate) lease: LeaseLost,
 }
 
 impl Job {
@@ -55,13 +56,30 @@ impl Job {
     /// Fires when this consumer lost the lease (another consumer took the request over,
     /// or it was withdrawn) or is shutting down past its timeout: stop working on it, its
     /// outcome will most likely be dropped.
-    pub fn lease_lost(&self) -> CancellationToken {
+    pub fn lease_lost(&self) -> LeaseLost {
         self.lease.clone()
     }
 
     /// Whether the lease has been lost.
     pub fn is_lease_lost(&self) -> bool {
-        self.lease.is_cancelled()
+        self.lease.is_lost()
+    }
+}
+
+/// A handle on a delivery's lease: await [`LeaseLost::cancelled`] (e.g. in a
+/// `tokio::select!` beside the work) to stop when the lease is lost.
+#[derive(Debug, Clone)]
+pub struct LeaseLost(pub(crate) CancellationToken);
+
+impl LeaseLost {
+    /// Completes when the lease is lost (at once if it already is).
+    pub async fn cancelled(&self) {
+        self.0.cancelled().await
+    }
+
+    /// Whether the lease has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.0.is_cancelled()
     }
 }
 
@@ -69,13 +87,33 @@ impl Job {
 /// [`Delivery::fail`] or [`Delivery::retry`]; dropping it unanswered releases it so
 /// another consumer can take it at once (the delivery still counts).
 pub struct Delivery<Req, Resp, C: Codec = Json> {
-    pub(crate) inner: Arc<CInner>,
-    pub(crate) req: Option<Req>,
-    pub(crate) job: Job,
-    pub(crate) permit: Option<OwnedSemaphorePermit>,
-    pub(crate) answered: bool,
-    pub(crate) received: Instant,
-    pub(crate) _types: PhantomData<fn(Resp) -> C>,
+    writer: Arc<Writer>,
+    req: Option<Req>,
+    job: Job,
+    /// The prefetch slot, held until the outcome is written.
+    permit: Option<OwnedSemaphorePermit>,
+    answered: bool,
+    received: Instant,
+    _types: PhantomData<fn(Resp) -> C>,
+}
+
+impl<Req, Resp, C: Codec> Delivery<Req, Resp, C> {
+    pub(crate) fn new(
+        writer: Arc<Writer>,
+        req: Req,
+        job: Job,
+        permit: OwnedSemaphorePermit,
+    ) -> Self {
+        Delivery {
+            writer,
+            req: Some(req),
+            job,
+            permit: Some(permit),
+            answered: false,
+            received: Instant::now(),
+            _types: PhantomData,
+        }
+    }
 }
 
 impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
@@ -104,7 +142,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         Req: Send + 'static,
         Resp: 'static,
     {
-        let max = self.inner.shared.queue.max_body_bytes;
+        let max = self.writer.max_body_bytes();
         let (outcome, err) = match C::encode(resp) {
             Err(e) => {
                 let err = Error::codec("encoding the response", e);
@@ -150,9 +188,9 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
     /// `claim_idle`).
     pub async fn retry_after(mut self, delay: Duration) -> Result<()> {
         self.answered = true;
-        let idle = self.inner.config.claim_idle.saturating_sub(delay);
+        let idle = self.writer.claim_idle().saturating_sub(delay);
         let (tx, rx) = oneshot::channel();
-        self.inner.send(WriteJob::Release(Release {
+        self.writer.send(WriteJob::Release(Release {
             sid: self.job.sid.clone(),
             idle_ms: ms(idle),
             ack: Some(tx),
@@ -166,12 +204,9 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
 
     async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
         self.answered = true;
-        self.inner
-            .shared
-            .metrics
-            .handler_duration(self.received.elapsed());
+        self.writer.metrics().handler_duration(self.received.elapsed());
         let (tx, rx) = oneshot::channel();
-        self.inner.send(WriteJob::Complete(Completion {
+        self.writer.send(WriteJob::Complete(Completion {
             sid: self.job.sid.clone(),
             rid: self.job.rid.clone(),
             from: self.job.from.clone(),
@@ -193,9 +228,9 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
 impl<Req, Resp, C: Codec> Drop for Delivery<Req, Resp, C> {
     fn drop(&mut self) {
         if !self.answered {
-            self.inner.send(WriteJob::Release(Release {
+            self.writer.send(WriteJob::Release(Release {
                 sid: self.job.sid.clone(),
-                idle_ms: ms(self.inner.config.claim_idle),
+                idle_ms: ms(self.writer.claim_idle()),
                 ack: None,
             }));
         }

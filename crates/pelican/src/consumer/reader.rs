@@ -1,0 +1,302 @@
+//! The reader: reads new entries (`XREADGROUP BLOCK` on a connection of its own) and,
+//! between reads, reclaims idle ones; turns each entry into a delivery, dead-letters it
+//! or answers it "expired". Never holds more than `prefetch` deliveries.
+
+use super::delivery::{Delivery, Job, LeaseLost};
+use super::reclaim::reclaim;
+use super::state::ConsumerState;
+use super::writer::{Completion, WriteJob};
+use crate::clock::{ms, now_ms};
+use crate::codec::Codec;
+use crate::conn::retry::Backoff;
+use crate::protocol::entry::{self, RawEntry, Request};
+use crate::protocol::outcome::Outcome;
+use serde::{de::DeserializeOwned, Serialize};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, OwnedSemaphorePermit};
+
+/// Most entries read in one call.
+const MAX_BATCH: usize = 256;
+
+/// Reads new entries (and reclaims idle ones when due) into the delivery channel,
+/// never holding more than `prefetch` deliveries.
+pub(super) async fn run<Req, Resp, C>(
+    inner: Arc<ConsumerState>,
+    tx: mpsc::Sender<Delivery<Req, Resp, C>>,
+)
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    C: Codec,
+{
+    let cfg = inner.config.clone();
+    let sh = inner.shared.clone();
+    let mut conn = None;
+    let mut backoff = Backoff::new();
+    let mut next_reclaim = Instant::now();
+    let mut cursor = "-".to_string();
+    loop {
+        let first = tokio::select! {
+            p = inner.slots.clone().acquire_owned() => p.expect("never closed"),
+            _ = inner.stop.cancelled() => return,
+        };
+        // Every free slot, up to a batch, in one bundle (one semaphore operation, not one
+        // per slot); a permit is split off per delivery and the rest returned at once.
+        let mut bundle = first;
+        let extra = inner.slots.available_permits().min(MAX_BATCH - 1);
+        if extra > 0 {
+            if let Ok(more) = inner.slots.clone().try_acquire_many_owned(extra as u32) {
+                bundle.merge(more);
+            }
+        }
+        let mut permits = Hand(Some(bundle));
+        if cfg.reclaim && Instant::now() >= next_reclaim {
+            // Nothing in hand: it may take a request for its last delivery, alone.
+            let idle = permits.len() + inner.slots.available_permits() >= cfg.prefetch;
+            match reclaim(&inner, &cursor, permits.len(), idle).await {
+                Ok((next, claimed, solo, waiting_alone)) => {
+                    if next == "-" {
+                        next_reclaim = Instant::now() + cfg.reclaim_interval();
+                    }
+                    cursor = next;
+                    if !claimed.is_empty() {
+                        sh.metrics.redelivered(claimed.len() as u64);
+                    }
+                    for (e, n) in claimed {
+                        let alone = solo.as_deref() == Some(e.id.as_str());
+                        // Its last delivery runs alone (see reclaim.lua): it takes every
+                        // slot, so nothing else is read until it is answered.
+                        let p = if alone {
+                            permits.take_all()
+                        } else {
+                            permits.take_one()
+                        }
+                        .expect("claimed at most the free slots");
+                        deliver(&inner, &tx, e, n, p, alone).await;
+                    }
+                    if waiting_alone && solo.is_none() && !idle {
+                        // A request waits for its last delivery, which only a consumer
+                        // with nothing in hand may take: become one. Claiming it first
+                        // and draining after would let a crash caused by the work in
+                        // hand use up that last delivery. Nothing new is read meanwhile;
+                        // then the scan starts over.
+                        let missing = cfg.prefetch.saturating_sub(permits.len());
+                        tokio::select! {
+                            all = inner.slots.clone().acquire_many_owned(missing as u32) => drop(all),
+                            _ = inner.stop.cancelled() => return,
+                        }
+                        cursor = "-".to_string();
+                        next_reclaim = Instant::now();
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "reclaim failed");
+                    next_reclaim =
+                        Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
+                }
+            }
+            if permits.is_empty() {
+                continue;
+            }
+        }
+        if conn.is_none() {
+            match sh.blocking_connection(cfg.block).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %e, "consumer cannot connect; retrying");
+                    drop(permits);
+                    wait_or_stop(&inner, backoff.next()).await;
+                    continue;
+                }
+            }
+        }
+        let block = if cfg.reclaim {
+            next_reclaim
+                .saturating_duration_since(Instant::now())
+                .min(cfg.block)
+                .max(Duration::from_millis(1))
+        } else {
+            cfg.block
+        };
+        let mut cmd = redis::cmd("XREADGROUP");
+        cmd.arg("GROUP")
+            .arg(&sh.keys.group)
+            .arg(&inner.name)
+            .arg("COUNT")
+            .arg(permits.len())
+            .arg("BLOCK")
+            .arg(ms(block))
+            .arg("STREAMS")
+            .arg(&sh.keys.stream)
+            .arg(">");
+        let read = conn.as_mut().expect("connected").query(&cmd).await;
+        match read {
+            Ok(v) => {
+                backoff.reset();
+                let entries = entry::read_into_entries(v);
+                if entries.is_empty() && cfg.reclaim {
+                    // Idle for a whole block: look for released work now. A retry, a
+                    // dropped delivery or a shutdown makes entries reclaimable at once,
+                    // and waiting for the reclaim interval (claim_idle / 2) would leave
+                    // them lying there while this consumer has nothing to do.
+                    next_reclaim = Instant::now();
+                }
+                for e in entries {
+                    let p = permits.take_one().expect("read at most the free slots");
+                    deliver(&inner, &tx, e, 1, p, false).await;
+                }
+            }
+            Err(e) if e.code() == Some("NOGROUP") => {
+                tracing::warn!("the consumer group is gone (Redis restarted or the stream was deleted); creating it again");
+                drop(permits);
+                if let Err(e) = sh.ensure_group().await {
+                    tracing::warn!(error = %e, "cannot create the consumer group");
+                    wait_or_stop(&inner, backoff.next()).await;
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "read failed; reconnecting");
+                conn = None;
+                drop(permits);
+                wait_or_stop(&inner, backoff.next()).await;
+            }
+        }
+    }
+}
+
+/// The prefetch slots a reader holds for one read: one permit bundle.
+struct Hand(Option<OwnedSemaphorePermit>);
+
+impl Hand {
+    fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One slot, for one delivery.
+    fn take_one(&mut self) -> Option<OwnedSemaphorePermit> {
+        let p = self.0.as_mut()?;
+        if p.num_permits() > 1 {
+            p.split(1)
+        } else {
+            self.0.take()
+        }
+    }
+
+    /// Every slot left.
+    fn take_all(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.0.take()
+    }
+}
+
+async fn wait_or_stop(inner: &ConsumerState, d: Duration) {
+    tokio::select! {
+        _ = tokio::time::sleep(d) => {}
+        _ = inner.stop.cancelled() => {}
+    }
+}
+
+/// Turns one entry into a delivery, or dead-letters it, or answers it "expired".
+/// `alone`: its last delivery; it is handed out only once every other delivery in hand
+/// has been answered, and holds every slot until it is answered itself.
+async fn deliver<Req, Resp, C>(
+    inner: &ConsumerState,
+    tx: &mpsc::Sender<Delivery<Req, Resp, C>>,
+    e: RawEntry,
+    deliveries: u32,
+    mut permit: OwnedSemaphorePermit,
+    alone: bool,
+) where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    C: Codec,
+{
+    let sid = e.id.clone();
+    let req = match Request::from_entry(e, inner.shared.queue.max_body_bytes) {
+        Ok(r) => r,
+        Err(reason) => return reject(inner, &sid, &reason, deliveries).await,
+    };
+    if req.deadline_ms < now_ms() {
+        inner.writer.send(WriteJob::Complete(Completion {
+            sid: req.id,
+            rid: req.rid,
+            from: req.from,
+            indexed: req.indexed,
+            label: "expired",
+            outcome: Outcome::Expired("deadline passed before a consumer started it".into())
+                .encode(),
+            ack: None,
+        }));
+        return;
+    }
+    let value = match C::decode::<Req>(&req.body) {
+        Ok(v) => v,
+        Err(err) => {
+            return reject(inner, &sid, &format!("undecodable body: {err}"), deliveries).await
+        }
+    };
+    let lease = inner.leases.hold(&sid);
+    if alone {
+        // Held (so its lease is renewed) while the work in hand drains.
+        let missing = inner.config.prefetch.saturating_sub(permit.num_permits());
+        if missing > 0 {
+            tokio::select! {
+                rest = inner.slots.clone().acquire_many_owned(missing as u32) => {
+                    permit.merge(rest.expect("never closed"));
+                }
+                _ = inner.stop.cancelled() => {}
+            }
+        }
+    }
+    let job = Job {
+        sid,
+        rid: req.rid,
+        from: req.from,
+        indexed: req.indexed,
+        deliveries,
+        deadline_ms: req.deadline_ms,
+        submitted_ms: req.submitted_ms,
+        lease: LeaseLost(lease),
+    };
+    let d = Delivery::new(inner.writer.clone(), value, job, permit);
+    if let Err(mpsc::error::SendError(d)) = tx.send(d).await {
+        // Nobody takes deliveries any more (stopping): dropping it releases it.
+        drop(d);
+    }
+}
+
+async fn reject(inner: &ConsumerState, sid: &str, reason: &str, deliveries: u32) {
+    let sh = &inner.shared;
+    tracing::warn!(entry = sid, reason, "dead-lettering a malformed entry");
+    let r: redis::RedisResult<i64> = sh
+        .scripts
+        .reject
+        .key(&sh.keys.stream)
+        .key(&sh.keys.dead)
+        .key(&sh.keys.req_prefix)
+        .key(&sh.keys.reply_prefix)
+        .arg(&sh.keys.group)
+        .arg(&inner.name)
+        .arg(sid)
+        .arg(reason)
+        .arg(deliveries)
+        .arg(now_ms())
+        .arg(ms(sh.queue.result_ttl))
+        .arg(sh.queue.reply_maxlen)
+        .arg(sh.queue.dead_maxlen)
+        .arg(sh.queue.max_body_bytes)
+        .invoke_async(&mut sh.conn())
+        .await;
+    match r {
+        Ok(1) => sh.metrics.dead_lettered(1),
+        Ok(_) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, entry = sid, "could not dead-letter; it will be reclaimed and tried again")
+        }
+    }
+}

@@ -1,0 +1,296 @@
+//! The outcome writer: batches completions into one `complete.lua` call and releases into
+//! one `release.lua` call, on a connection of its own. Deliveries reach it through a
+//! [`Writer`] handle.
+
+use super::lease::Leases;
+use crate::clock::{ms, now_ms};
+use crate::conn::retry::Backoff;
+use crate::conn::{evalsha, OwnConn};
+use crate::error::{Error, ErrorKind, Result};
+use crate::metrics::Metrics;
+use crate::protocol::entry;
+use crate::shared::Shared;
+use redis::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+/// Most outcomes or releases written in one call.
+const MAX_BATCH: usize = 256;
+
+/// A job for the writer.
+pub(crate) enum WriteJob {
+    Complete(Completion),
+    Release(Release),
+    Flush(oneshot::Sender<()>),
+}
+
+/// An outcome to record for one entry.
+pub(crate) struct Completion {
+    pub(crate) sid: String,
+    pub(crate) rid: String,
+    pub(crate) from: String,
+    pub(crate) indexed: bool,
+    pub(crate) label: &'static str,
+    pub(crate) outcome: Vec<u8>,
+    pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
+}
+
+/// An entry to hand back, reclaimable once its idle time reaches claim_idle.
+pub(crate) struct Release {
+    pub(crate) sid: String,
+    pub(crate) idle_ms: u64,
+    pub(crate) ack: Option<oneshot::Sender<Result<()>>>,
+}
+
+/// What a delivery needs of its consumer: the way to the writer and the limits.
+pub(crate) struct Writer {
+    tx: mpsc::UnboundedSender<WriteJob>,
+    leases: Arc<Leases>,
+    claim_idle: Duration,
+    max_body_bytes: usize,
+    metrics: Metrics,
+}
+
+impl Writer {
+    pub(super) fn new(
+        tx: mpsc::UnboundedSender<WriteJob>,
+        leases: Arc<Leases>,
+        claim_idle: Duration,
+        max_body_bytes: usize,
+        metrics: Metrics,
+    ) -> Writer {
+        Writer {
+            tx,
+            leases,
+            claim_idle,
+            max_body_bytes,
+            metrics,
+        }
+    }
+
+    /// Idle time after which another consumer may take an entry over.
+    pub(crate) fn claim_idle(&self) -> Duration {
+        self.claim_idle
+    }
+
+    /// Largest body accepted.
+    pub(crate) fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
+    }
+
+    /// The queue's metrics.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
+    /// Hands a job to the writer. An entry whose outcome or release is on the way needs
+    /// no more lease renewals.
+    pub(crate) fn send(&self, job: WriteJob) {
+        let sid = match &job {
+            WriteJob::Complete(c) => Some(&c.sid),
+            WriteJob::Release(r) => Some(&r.sid),
+            WriteJob::Flush(_) => None,
+        };
+        if let Some(sid) = sid {
+            self.leases.finishing(sid);
+        }
+        if let Err(mpsc::error::SendError(job)) = self.tx.send(job) {
+            // The writer is gone (consumer dropped): the entry stays pending and is
+            // reclaimed after claim_idle.
+            match job {
+                WriteJob::Complete(Completion { ack: Some(a), .. }) => {
+                    let _ = a.send(Err(Error::new(
+                        ErrorKind::Shutdown,
+                        "the consumer is shut down",
+                    )));
+                }
+                WriteJob::Release(Release { ack: Some(a), .. }) => {
+                    let _ = a.send(Err(Error::new(
+                        ErrorKind::Shutdown,
+                        "the consumer is shut down",
+                    )));
+                }
+                _ => {}
+            }
+        }
+    }
+}
+
+
+/// What the writer task works with.
+pub(super) struct WriterTask {
+    pub(super) shared: Arc<Shared>,
+    pub(super) name: String,
+    pub(super) claim_idle: Duration,
+    pub(super) leases: Arc<Leases>,
+    pub(super) stop: CancellationToken,
+}
+
+/// Writes outcomes and releases in batches: whatever queued up while the previous call
+/// was on the wire goes in the next one.
+pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
+    let mut backoff = Backoff::new();
+    // The writer's own connection: one call at a time, off the shared connection.
+    let mut conn: Option<OwnConn> = None;
+    while let Some(first) = rx.recv().await {
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        let mut completes: Vec<Completion> = Vec::new();
+        let mut releases: Vec<Release> = Vec::new();
+        let mut flushes = Vec::new();
+        for j in jobs {
+            match j {
+                WriteJob::Complete(c) => completes.push(c),
+                WriteJob::Release(r) => releases.push(r),
+                WriteJob::Flush(tx) => flushes.push(tx),
+            }
+        }
+        if !completes.is_empty() {
+            // Retry while the lease could still be ours; after that another consumer
+            // has taken the entry over and our outcome would be dropped anyway.
+            let give_up = Instant::now() + inner.claim_idle;
+            let result = loop {
+                match write_completions(&inner, &mut conn, &completes).await {
+                    Ok(r) => break Ok(r),
+                    Err(e) if Instant::now() < give_up && !inner.stop.is_cancelled() => {
+                        tracing::warn!(error = %e, "writing outcomes failed; retrying");
+                        tokio::time::sleep(backoff.next()).await;
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            backoff.reset();
+            let metrics = &inner.shared.metrics;
+            let mut held = inner.leases.held.lock().unwrap();
+            for (i, c) in completes.into_iter().enumerate() {
+                held.remove(&c.sid);
+                let r = match &result {
+                    Ok(flags) => {
+                        let recorded = flags.get(i).copied().unwrap_or(false);
+                        if recorded {
+                            metrics.completed(c.label, 1);
+                        } else {
+                            metrics.duplicate_dropped(1);
+                        }
+                        Ok(recorded)
+                    }
+                    Err(e) => Err(e.clone()),
+                };
+                if let Some(a) = c.ack {
+                    let _ = a.send(r);
+                }
+            }
+        }
+        if !releases.is_empty() {
+            let mut by_idle: HashMap<u64, Vec<String>> = HashMap::new();
+            for r in &releases {
+                by_idle.entry(r.idle_ms).or_default().push(r.sid.clone());
+            }
+            let mut result = Ok(());
+            for (idle, sids) in by_idle {
+                if let Err(e) = release(&inner, &mut conn, idle, &sids).await {
+                    tracing::warn!(error = %e, "releasing entries failed; they are reclaimed after claim_idle");
+                    result = Err(e);
+                }
+            }
+            let mut held = inner.leases.held.lock().unwrap();
+            for r in releases {
+                held.remove(&r.sid);
+                if let Some(a) = r.ack {
+                    let _ = a.send(result.clone());
+                }
+            }
+        }
+        for f in flushes {
+            let _ = f.send(());
+        }
+    }
+}
+
+async fn write_completions(
+    inner: &WriterTask,
+    conn: &mut Option<OwnConn>,
+    jobs: &[Completion],
+) -> Result<Vec<bool>> {
+    let sh = &inner.shared;
+    let k = &sh.keys;
+    let mut cmd = evalsha(
+        &sh.scripts.complete,
+        &[&k.stream, &k.req_prefix, &k.reply_prefix],
+    );
+    cmd.arg(&k.group)
+        .arg(ms(sh.queue.result_ttl))
+        .arg(sh.queue.reply_maxlen)
+        .arg(now_ms());
+    for c in jobs {
+        cmd.arg(&c.sid)
+            .arg(&c.rid)
+            .arg(&c.from)
+            .arg(if c.indexed { "1" } else { "0" })
+            .arg(c.outcome.as_slice());
+    }
+    let v = eval_own(inner, conn, &sh.scripts.complete, &cmd)
+        .await
+        .map_err(|e| Error::redis("writing outcomes", e))?;
+    Ok(entry::array(&v)
+        .iter()
+        .map(|f| entry::int(f) == Some(1))
+        .collect())
+}
+
+async fn release(
+    inner: &WriterTask,
+    conn: &mut Option<OwnConn>,
+    idle_ms: u64,
+    sids: &[String],
+) -> Result<()> {
+    let sh = &inner.shared;
+    let _gate = inner.leases.gate.lock().await;
+    let mut cmd = evalsha(&sh.scripts.release, &[&sh.keys.stream]);
+    cmd.arg(&sh.keys.group).arg(&inner.name).arg(idle_ms);
+    for s in sids {
+        cmd.arg(s);
+    }
+    eval_own(inner, conn, &sh.scripts.release, &cmd)
+        .await
+        .map_err(|e| Error::redis("releasing entries", e))?;
+    Ok(())
+}
+
+/// Runs a script call on the writer's own connection, opening it when needed; a
+/// connection that failed (other than with an error reply) is dropped, and the next
+/// call opens a new one.
+async fn eval_own(
+    inner: &WriterTask,
+    conn: &mut Option<OwnConn>,
+    script: &redis::Script,
+    cmd: &redis::Cmd,
+) -> redis::RedisResult<Value> {
+    let sh = &inner.shared;
+    if conn.is_none() {
+        match sh.own_connection(sh.queue.command_timeout).await {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                return Err(redis::RedisError::from(std::io::Error::other(
+                    e.to_string(),
+                )))
+            }
+        }
+    }
+    let c = conn.as_mut().expect("just opened");
+    let r = c.eval(&mut sh.conn(), script, cmd).await;
+    if let Err(e) = &r {
+        if e.code().is_none() {
+            *conn = None;
+        }
+    }
+    r
+}
