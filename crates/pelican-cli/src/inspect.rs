@@ -71,7 +71,7 @@ fn render(r: &RequestInfo) -> String {
     }
     if let Some(p) = &r.outcome_preview {
         line(
-            if r.state == "ok" {
+            if r.state == pelican::admin::RequestState::Ok {
                 "response"
             } else {
                 "reason"

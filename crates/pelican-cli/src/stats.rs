@@ -103,10 +103,8 @@ fn render(st: &Stats, url: &str) -> String {
 mod tests {
     #[test]
     fn renders_an_empty_queue() {
-        let st = pelican::admin::Stats {
-            queue: "q".into(),
-            ..Default::default()
-        };
+        let mut st = pelican::admin::Stats::default();
+        st.queue = "q".into();
         let text = super::render(&st, "redis://x:1");
         assert!(
             text.starts_with("queue           q on redis://x:1\n"),

@@ -80,6 +80,6 @@ pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};
 pub use consumer::{Delivery, HandlerError, Job, LeaseLost};
 pub use error::{Error, ErrorKind, Result};
-pub use protocol::keys::Keys;
 pub use producer::{Producer, Submitted, Ticket};
+pub use protocol::keys::Keys;
 pub use shared::JanitorReport;

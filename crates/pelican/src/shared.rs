@@ -81,6 +81,29 @@ impl Shared {
         conn::own_connection(&self.client, timeout).await
     }
 
+    /// Every key matching `pattern` (SCAN: fine for operators' tools, not for a hot path).
+    pub(crate) async fn scan(&self, pattern: &str) -> Result<Vec<String>> {
+        let mut conn = self.conn();
+        let mut cursor: u64 = 0;
+        let mut out = Vec::new();
+        loop {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(pattern)
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut conn)
+                .await
+                .map_err(|e| Error::redis("SCAN", e))?;
+            out.extend(keys);
+            if next == 0 {
+                return Ok(out);
+            }
+            cursor = next;
+        }
+    }
+
     /// Runs the janitor unless another process ran it within the interval.
     pub(crate) async fn janitor(&self, runner: &str) -> Result<JanitorReport> {
         let q = &self.queue;
@@ -119,6 +142,7 @@ impl Shared {
 
 /// What one janitor run did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct JanitorReport {
     /// False when another process holds the janitor lock for this interval.
     pub ran: bool,

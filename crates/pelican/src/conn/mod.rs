@@ -105,4 +105,3 @@ pub(crate) fn evalsha(script: &redis::Script, keys: &[&str]) -> redis::Cmd {
     cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
     cmd
 }
-

@@ -1,11 +1,11 @@
 //! One request in a consumer's hands. A delivery knows nothing of the consumer but the
 //! [`Writer`] handle its outcome goes to.
 
-use crate::codec::{Codec, Json};
 use super::writer::{Completion, Release, WriteJob, Writer};
+use crate::clock::ms;
+use crate::codec::{Codec, Json};
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::outcome::Outcome;
-use crate::clock::ms;
 use serde::Serialize;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -204,7 +204,9 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
 
     async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
         self.answered = true;
-        self.writer.metrics().handler_duration(self.received.elapsed());
+        self.writer
+            .metrics()
+            .handler_duration(self.received.elapsed());
         let (tx, rx) = oneshot::channel();
         self.writer.send(WriteJob::Complete(Completion {
             sid: self.job.sid.clone(),

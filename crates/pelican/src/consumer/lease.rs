@@ -73,9 +73,7 @@ pub(super) async fn renew(sh: &Shared, name: &str, leases: &Leases) -> Result<()
         return Ok(());
     }
     let mut inv = sh.scripts.renew.prepare_invoke();
-    inv.key(&sh.keys.stream)
-        .arg(&sh.keys.group)
-        .arg(name);
+    inv.key(&sh.keys.stream).arg(&sh.keys.group).arg(name);
     for id in &ids {
         inv.arg(id);
     }

@@ -24,8 +24,7 @@ const MAX_BATCH: usize = 256;
 pub(super) async fn run<Req, Resp, C>(
     inner: Arc<ConsumerState>,
     tx: mpsc::Sender<Delivery<Req, Resp, C>>,
-)
-where
+) where
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
     C: Codec,

@@ -119,7 +119,6 @@ impl Writer {
     }
 }
 
-
 /// What the writer task works with.
 pub(super) struct WriterTask {
     pub(super) shared: Arc<Shared>,

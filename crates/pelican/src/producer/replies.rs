@@ -10,7 +10,11 @@ use crate::shared::Shared;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-pub(super) async fn create_reply_stream(shared: &Shared, key: &str, ttl: Duration) -> Result<String> {
+pub(super) async fn create_reply_stream(
+    shared: &Shared,
+    key: &str,
+    ttl: Duration,
+) -> Result<String> {
     let (id, _): (String, ()) = redis::pipe()
         .cmd("XADD")
         .arg(key)

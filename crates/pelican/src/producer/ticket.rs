@@ -71,7 +71,9 @@ impl<Resp, C: Codec> Ticket<Resp, C> {
             rid,
             how,
             rx,
-            sleep: Box::pin(tokio::time::sleep(timeout.saturating_sub(started.elapsed()))),
+            sleep: Box::pin(tokio::time::sleep(
+                timeout.saturating_sub(started.elapsed()),
+            )),
             started,
             _types: PhantomData,
         }

@@ -51,6 +51,30 @@ pub(crate) fn array(v: &Value) -> &[Value] {
     }
 }
 
+/// The name/value pairs of a RESP map (RESP3) or flat array (RESP2), e.g. an XINFO reply.
+pub(crate) fn fields(v: &Value) -> Vec<(String, Value)> {
+    match v {
+        Value::Map(m) => m
+            .iter()
+            .filter_map(|(k, v)| Some((string(k)?, v.clone())))
+            .collect(),
+        _ => array(v)
+            .chunks(2)
+            .filter_map(|c| Some((string(c.first()?)?, c.get(1)?.clone())))
+            .collect(),
+    }
+}
+
+/// The non-negative integer named `name` among `fields` (0 when absent).
+pub(crate) fn field_u64(fields: &[(String, Value)], name: &str) -> u64 {
+    fields
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| int(v))
+        .unwrap_or(0)
+        .max(0) as u64
+}
+
 /// Parses `[[id, [field, value, ...]], ...]` (XRANGE, XCLAIM, one stream of XREAD).
 /// Entries without fields (deleted while pending) come back with no fields.
 pub(crate) fn parse_entries(v: &Value) -> Vec<RawEntry> {
