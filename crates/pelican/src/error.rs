@@ -28,6 +28,9 @@ pub enum ErrorKind {
     Config,
     /// The producer or consumer has been shut down.
     Shutdown,
+    /// A bug in pelican: one of its background tasks panicked (the message says which).
+    /// The producer or consumer cannot go on; drop it and connect a new one.
+    Internal,
 }
 
 impl ErrorKind {
@@ -43,6 +46,7 @@ impl ErrorKind {
             ErrorKind::TooLarge => "too large",
             ErrorKind::Config => "configuration error",
             ErrorKind::Shutdown => "shut down",
+            ErrorKind::Internal => "internal error",
         }
     }
 }

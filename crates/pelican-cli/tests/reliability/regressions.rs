@@ -64,7 +64,7 @@ async fn no_lease_lost_for_answered_requests() {
         let lost = lost.clone();
         tokio::spawn(async move {
             let mut running = tokio::task::JoinSet::new();
-            while let Some(mut d) = c.next().await {
+            while let Some(mut d) = c.next().await.unwrap() {
                 let lost = lost.clone();
                 running.spawn(async move {
                     let req = d.take_request();
@@ -98,9 +98,10 @@ async fn no_lease_lost_for_answered_requests() {
 /// innocent ones it shares the process with.
 async fn gather(c: &mut JsonConsumer) -> Vec<Delivery<Json, Json>> {
     let mut got = Vec::new();
-    if let Ok(Some(d)) = tokio::time::timeout(Duration::from_secs(3), c.next()).await {
+    if let Ok(Ok(Some(d))) = tokio::time::timeout(Duration::from_secs(3), c.next()).await {
         got.push(d);
-        while let Ok(Some(d)) = tokio::time::timeout(Duration::from_millis(150), c.next()).await {
+        while let Ok(Ok(Some(d))) = tokio::time::timeout(Duration::from_millis(150), c.next()).await
+        {
             got.push(d);
         }
     }
@@ -210,6 +211,7 @@ async fn a_last_delivery_is_not_taken_with_work_in_hand() {
     let held_by_a = tokio::time::timeout(Duration::from_secs(5), a.next())
         .await
         .unwrap()
+        .unwrap()
         .unwrap();
     // X takes a poison request and is still on it when A dies: the innocent request,
     // one delivery used and one left, comes due while X holds the poison one.
@@ -217,6 +219,7 @@ async fn a_last_delivery_is_not_taken_with_work_in_hand() {
     let mut x = JsonConsumer::connect(q.clone(), cfg.clone()).await.unwrap();
     let d = tokio::time::timeout(Duration::from_secs(5), x.next())
         .await
+        .unwrap()
         .unwrap()
         .unwrap();
     assert_eq!(d.request()["poison"], json!(true));
@@ -249,7 +252,7 @@ async fn a_last_delivery_is_not_taken_with_work_in_hand() {
     let mut y = JsonConsumer::connect(q.clone(), cfg.clone()).await.unwrap();
     let stop = y.stopper();
     let serving = tokio::spawn(async move {
-        while let Some(d) = y.next().await {
+        while let Some(d) = y.next().await.unwrap() {
             let req = d.request().clone();
             let _ = d.respond(&req).await;
         }

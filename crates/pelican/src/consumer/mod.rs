@@ -19,7 +19,7 @@ use crate::clock::ms;
 use crate::codec::{Codec, Json};
 use crate::config::{ConsumerConfig, QueueConfig};
 use crate::conn::retry::retry_if_dropped;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::shared::Shared;
 use crate::task::TaskSet;
@@ -30,6 +30,7 @@ use state::ConsumerState;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
 use writer::{WriteJob, Writer, WriterTask};
@@ -94,18 +95,24 @@ where
             .query_async(&mut inner.shared.conn())
             .await;
         let tasks = TaskSet::new();
-        tasks.spawn(writer::run(
-            WriterTask {
-                shared: inner.shared.clone(),
-                name: inner.name.clone(),
-                claim_idle: inner.config.claim_idle,
-                leases: inner.leases.clone(),
-                stop: inner.stop.clone(),
-            },
-            writer_rx,
-        ));
-        tasks.spawn(reader::run::<Req, Resp, C>(inner.clone(), tx));
-        tasks.spawn(maintenance::run(inner.clone()));
+        // Not aborted with the others: dropped without `shutdown`, the consumer still
+        // writes the outcomes and releases already handed to the writer (it ends once
+        // every delivery is answered or dropped).
+        tasks.spawn_detached(
+            "outcome writer",
+            writer::run(
+                WriterTask {
+                    shared: inner.shared.clone(),
+                    name: inner.name.clone(),
+                    claim_idle: inner.config.claim_idle,
+                    leases: inner.leases.clone(),
+                    stop: inner.stop.clone(),
+                },
+                writer_rx,
+            ),
+        );
+        tasks.spawn("reader", reader::run::<Req, Resp, C>(inner.clone(), tx));
+        tasks.spawn("lease renewal", maintenance::run(inner.clone()));
         tracing::debug!(queue = %inner.shared.queue.name, consumer = %inner.name, "consumer started");
         Ok(Consumer { inner, rx, tasks })
     }
@@ -120,11 +127,33 @@ where
         Stopper(self.inner.stop.clone())
     }
 
-    /// The next delivery; `None` once the consumer is stopping.
-    pub async fn next(&mut self) -> Option<Delivery<Req, Resp, C>> {
+    /// The next delivery; `Ok(None)` once the consumer is stopping. An error means the
+    /// consumer cannot go on ([`ErrorKind::Internal`](crate::ErrorKind::Internal): one of
+    /// its tasks panicked); shut it down or drop it.
+    pub async fn next(&mut self) -> Result<Option<Delivery<Req, Resp, C>>> {
+        if let Some(e) = self.tasks.failure() {
+            return Err(e);
+        }
         tokio::select! {
-            d = self.rx.recv() => d,
-            _ = self.inner.stop.cancelled() => None,
+            d = self.rx.recv() => match d {
+                Some(d) => Ok(Some(d)),
+                None if self.inner.stop.is_cancelled() => Ok(None),
+                // The reader is gone without a stop: it panicked (the failure is recorded
+                // right after its unwinding dropped the channel).
+                None => Err(self.reader_failure().await),
+            },
+            _ = self.inner.stop.cancelled() => Ok(None),
+            e = self.tasks.failed() => Err(e),
+        }
+    }
+
+    async fn reader_failure(&self) -> Error {
+        match tokio::time::timeout(Duration::from_secs(1), self.tasks.failed()).await {
+            Ok(e) => e,
+            Err(_) => Error::new(
+                ErrorKind::Internal,
+                "the consumer's reader stopped without being asked to",
+            ),
         }
     }
 
@@ -132,7 +161,9 @@ where
     /// [`Stopper::stop`] is called; then shuts down gracefully (see
     /// [`Consumer::shutdown`]). A handler's `Ok` is the response; `Err` says whether to
     /// fail for good or retry; a handler that panics counts as a failed delivery (the
-    /// request is released for redelivery) and never stops the consumer.
+    /// request is released for redelivery) and never stops the consumer. Returns an
+    /// [`ErrorKind::Internal`](crate::ErrorKind::Internal) error if one of the consumer's
+    /// own tasks panicked (after shutting down as well as it can).
     pub async fn serve<F, Fut>(mut self, concurrency: usize, handler: F) -> Result<()>
     where
         F: Fn(Req, Job) -> Fut + Send + Sync + 'static,
@@ -141,13 +172,23 @@ where
         let handler = Arc::new(handler);
         let limit = Arc::new(Semaphore::new(concurrency.max(1)));
         let mut running = tokio::task::JoinSet::new();
+        let mut failure = None;
         loop {
             let permit = tokio::select! {
                 p = limit.clone().acquire_owned() => p.expect("never closed"),
                 _ = self.inner.stop.cancelled() => break,
+                e = self.tasks.failed() => {
+                    failure = Some(e);
+                    break;
+                }
             };
-            let Some(mut d) = self.next().await else {
-                break;
+            let mut d = match self.next().await {
+                Ok(Some(d)) => d,
+                Ok(None) => break,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
             };
             let handler = handler.clone();
             running.spawn(async move {
@@ -172,7 +213,7 @@ where
                         d.retry_after(delay).await
                     }
                     Err(panic) => {
-                        let e = panic_message(&panic);
+                        let e = crate::task::panic_message(&*panic);
                         tracing::warn!(rid = %rid, error = %e, "handler panicked; the request is released for redelivery");
                         d.retry().await
                     }
@@ -198,14 +239,25 @@ where
                 }
             }
         }
-        self.shutdown().await
+        let stopped = self.shutdown().await;
+        match failure {
+            Some(e) => Err(e),
+            None => stopped,
+        }
     }
 
     /// Stops gracefully: reads nothing new, waits up to `shutdown_timeout` for the
     /// deliveries in hand to be answered, then releases whatever is left so another
     /// consumer can take it at once, and writes every pending outcome. It leaves the
     /// group if it owns nothing then; otherwise the janitor removes it once the released
-    /// entries have been taken over and `consumer_gc_after` has passed.
+    /// entries have been taken over and `consumer_gc_after` has passed. Returns an
+    /// [`ErrorKind::Internal`](crate::ErrorKind::Internal) error if one of the consumer's
+    /// tasks had panicked.
+    ///
+    /// A consumer dropped without `shutdown` still writes the outcomes (and releases)
+    /// already given to it, in the background; deliveries not yet answered are released
+    /// when they are dropped. What it read ahead and did not hand out, and deliveries a
+    /// read delivered unseen, wait `claim_idle` before another consumer takes them.
     pub async fn shutdown(mut self) -> Result<()> {
         self.inner.stop.cancel();
         // Deliveries read ahead but not handed out are released.
@@ -252,17 +304,9 @@ where
                 .await;
         }
         tracing::debug!(consumer = %self.inner.name, released, "consumer stopped");
-        Ok(())
-    }
-}
-
-/// The message of a caught panic, for the log.
-fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_string()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic without a message".to_string()
+        match self.tasks.failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 }

@@ -134,18 +134,12 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
     let mut backoff = Backoff::new();
     // The writer's own connection: one call at a time, off the shared connection.
     let mut conn: Option<OwnConn> = None;
-    while let Some(first) = rx.recv().await {
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(j) => jobs.push(j),
-                Err(_) => break,
-            }
-        }
+    let mut jobs = Vec::new();
+    while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
         let mut completes: Vec<Completion> = Vec::new();
         let mut releases: Vec<Release> = Vec::new();
         let mut flushes = Vec::new();
-        for j in jobs {
+        for j in jobs.drain(..) {
             match j {
                 WriteJob::Complete(c) => completes.push(c),
                 WriteJob::Release(r) => releases.push(r),

@@ -8,17 +8,12 @@ use std::sync::Arc;
 use tokio::sync::mpsc;
 
 pub(super) async fn canceller(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<CancelJob>) {
-    while let Some(first) = rx.recv().await {
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
-            }
-        }
+    let mut batch = Vec::new();
+    while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         if let Err(e) = cancel_batch(&inner, &batch).await {
             tracing::warn!(error = %e, "withdrawing abandoned requests failed; they run and their outcomes are cached");
         }
+        batch.clear();
     }
 }
 

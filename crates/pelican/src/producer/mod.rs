@@ -54,19 +54,10 @@ struct Owner {
 impl Drop for Owner {
     fn drop(&mut self) {
         self.tasks.abort_all();
-        self.inner.closed.store(true, Ordering::SeqCst);
-        let drained: Vec<Pending> = {
-            let mut st = self.inner.state.lock().unwrap();
-            st.pending.drain().map(|(_, p)| p).collect()
-        };
-        for p in drained {
-            for (_, w) in p.waiters {
-                let _ = w.send(Err(Error::new(
-                    ErrorKind::Shutdown,
-                    "the producer was dropped before the request was solved",
-                )));
-            }
-        }
+        self.inner.fail_all(Error::new(
+            ErrorKind::Shutdown,
+            "the producer was dropped before the request was solved",
+        ));
     }
 }
 
@@ -107,15 +98,30 @@ where
             submit_tx,
             cancel_tx,
             closed: AtomicBool::new(false),
+            failure: Mutex::new(None),
             next_token: AtomicU64::new(1),
             sweep_now: AtomicBool::new(false),
             last_reply_id: Mutex::new(start_id.clone()),
         });
         let tasks = TaskSet::new();
-        tasks.spawn(submit::submitter(inner.clone(), submit_rx));
-        tasks.spawn(cancel::canceller(inner.clone(), cancel_rx));
-        tasks.spawn(replies::reply_reader(Arc::downgrade(&inner), start_id));
-        tasks.spawn(maintenance::maintenance(Arc::downgrade(&inner)));
+        // A panicking task fails every waiting request, and every later call, at once.
+        let weak = Arc::downgrade(&inner);
+        tasks.on_failure(Box::new(move |e| {
+            if let Some(inner) = weak.upgrade() {
+                *inner.failure.lock().unwrap() = Some(e.clone());
+                inner.fail_all(e.clone());
+            }
+        }));
+        tasks.spawn("submitter", submit::submitter(inner.clone(), submit_rx));
+        tasks.spawn("canceller", cancel::canceller(inner.clone(), cancel_rx));
+        tasks.spawn(
+            "reply reader",
+            replies::reply_reader(Arc::downgrade(&inner), start_id),
+        );
+        tasks.spawn(
+            "maintenance",
+            maintenance::maintenance(Arc::downgrade(&inner)),
+        );
         tracing::debug!(queue = %inner.shared.queue.name, producer = %inner.id, "producer started");
         Ok(Producer {
             _owner: Arc::new(Owner {
@@ -161,7 +167,8 @@ where
 
     /// Stops the producer: every request still waiting resolves with
     /// [`ErrorKind::Cancelled`] and is withdrawn from the queue unless another producer
-    /// waits for it too; the reply stream is deleted.
+    /// waits for it too; the reply stream is deleted. Returns an
+    /// [`ErrorKind::Internal`] error if one of the producer's tasks had panicked.
     pub async fn shutdown(self) -> Result<()> {
         let inner = &self.inner;
         inner.closed.store(true, Ordering::SeqCst);
@@ -187,7 +194,10 @@ where
             .arg(&inner.reply_key)
             .query_async(&mut inner.shared.conn())
             .await;
-        Ok(())
+        match self._owner.tasks.failure() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
     }
 
     fn encode(&self, req: &Req) -> Result<Vec<u8>> {
@@ -208,7 +218,7 @@ where
     async fn submit_body(&self, rid: String, body: Vec<u8>) -> Result<Ticket<Resp, C>> {
         let inner = &self.inner;
         if inner.closed.load(Ordering::SeqCst) {
-            return Err(Error::new(ErrorKind::Shutdown, "the producer is shut down"));
+            return Err(inner.closed_error());
         }
         let timeout = inner.config.request_timeout;
         let started = Instant::now();
@@ -258,10 +268,8 @@ where
                     indexed: inner.config.dedup,
                     ack: Some(ack_tx),
                 })
-                .map_err(|_| Error::new(ErrorKind::Shutdown, "the producer is shut down"))?;
-            let how = ack_rx
-                .await
-                .map_err(|_| Error::new(ErrorKind::Shutdown, "the producer is shut down"))??;
+                .map_err(|_| inner.closed_error())?;
+            let how = ack_rx.await.map_err(|_| inner.closed_error())??;
             match how {
                 Submitted::Queued => inner.shared.metrics.submitted(1),
                 Submitted::Joined => inner.shared.metrics.joined(1),
@@ -281,4 +289,40 @@ fn _assert_send() {
     fn is_send<T: Send>() {}
     is_send::<Producer<u8, u8>>();
     is_send::<Ticket<u8>>();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ErrorKind;
+    use pelican_testkit::RedisServer;
+    use std::time::Duration;
+
+    /// A task of the producer that panics fails the calls waiting on it at once (they
+    /// used to wait for their timeout, or forever for a submission), and every call after.
+    #[tokio::test]
+    async fn a_panicking_task_fails_waiting_and_later_calls() {
+        let server = RedisServer::start();
+        let q = QueueConfig::new(server.url(), "supervised");
+        let p = Producer::<u64, u64>::connect(
+            q,
+            ProducerConfig::default().with_request_timeout(Duration::from_secs(60)),
+        )
+        .await
+        .unwrap();
+        // Nobody serves the queue: this call waits.
+        let waiting = p.submit(&1).await.unwrap();
+        p._owner
+            .tasks
+            .spawn("reply reader", async { panic!("a bug in the reader") });
+        let err = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("the waiting call fails at once")
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::Internal, "{err}");
+        assert!(err.message().contains("a bug in the reader"), "{err}");
+        let later = p.call(&2).await.unwrap_err();
+        assert_eq!(later.kind(), ErrorKind::Internal, "{later}");
+        assert_eq!(p.shutdown().await.unwrap_err().kind(), ErrorKind::Internal);
+    }
 }

@@ -3,11 +3,11 @@
 
 use crate::clock::now_ms;
 use crate::config::ProducerConfig;
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::outcome::Outcome;
 use crate::shared::Shared;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::{mpsc, oneshot};
@@ -29,6 +29,8 @@ pub(crate) struct Inner {
     pub(crate) submit_tx: mpsc::UnboundedSender<SubmitJob>,
     pub(crate) cancel_tx: mpsc::UnboundedSender<CancelJob>,
     pub(crate) closed: AtomicBool,
+    /// Why the producer stopped working, when one of its tasks panicked.
+    pub(crate) failure: Mutex<Option<Error>>,
     pub(crate) next_token: AtomicU64,
     pub(crate) sweep_now: AtomicBool,
     pub(crate) last_reply_id: Mutex<String>,
@@ -82,6 +84,29 @@ pub enum Submitted {
 }
 
 impl Inner {
+    /// Closes the producer and fails every request still waiting with `err`.
+    pub(crate) fn fail_all(&self, err: Error) {
+        self.closed.store(true, Ordering::SeqCst);
+        let drained: Vec<Pending> = {
+            let mut st = self.state.lock().unwrap();
+            st.pending.drain().map(|(_, p)| p).collect()
+        };
+        for p in drained {
+            for (_, w) in p.waiters {
+                let _ = w.send(Err(err.clone()));
+            }
+        }
+    }
+
+    /// The error of a call to a closed producer: why it failed, or that it was shut down.
+    pub(crate) fn closed_error(&self) -> Error {
+        self.failure
+            .lock()
+            .unwrap()
+            .clone()
+            .unwrap_or_else(|| Error::new(ErrorKind::Shutdown, "the producer is shut down"))
+    }
+
     /// Hands an outcome to every local waiter of `rid`.
     pub(crate) fn resolve(&self, rid: &str, resolution: Resolution) {
         if matches!(resolution, Ok(Outcome::Expired(_))) && self.resubmit_expired(rid) {

@@ -9,28 +9,59 @@ use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::outcome::Outcome;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
 
 /// Most requests sent in one script call.
 pub(super) const MAX_BATCH: usize = 256;
 /// Most script calls of one producer on the wire at once.
 const MAX_BATCHES_IN_FLIGHT: usize = 4;
 
+/// Sends whatever is queued in one call, with up to `MAX_BATCHES_IN_FLIGHT` calls on the
+/// wire. The calls are tasks of this one: aborted with it, and a panic in one is this
+/// task's panic (so the producer's supervisor sees it).
 pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<SubmitJob>) {
     let limit = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
-    while let Some(first) = rx.recv().await {
-        let permit = limit.clone().acquire_owned().await.expect("never closed");
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match rx.try_recv() {
-                Ok(j) => batch.push(j),
-                Err(_) => break,
+    let mut calls = JoinSet::new();
+    let mut batch = Vec::new();
+    loop {
+        // A free call slot first: while all are busy, submissions queue up in the
+        // channel and go out together in the next call. Finished calls are reaped
+        // while waiting, so a panic in one surfaces at once.
+        let permit = tokio::select! {
+            p = limit.clone().acquire_owned() => p.expect("never closed"),
+            Some(done) = calls.join_next() => {
+                reap(done);
+                continue;
             }
+        };
+        let n = tokio::select! {
+            n = rx.recv_many(&mut batch, MAX_BATCH) => n,
+            Some(done) = calls.join_next() => {
+                reap(done);
+                continue;
+            }
+        };
+        if n == 0 {
+            break;
         }
+        let jobs = std::mem::take(&mut batch);
         let inner = inner.clone();
-        tokio::spawn(async move {
-            submit_batch(&inner, batch).await;
+        calls.spawn(async move {
+            submit_batch(&inner, jobs).await;
             drop(permit);
         });
+    }
+    while let Some(done) = calls.join_next().await {
+        reap(done);
+    }
+}
+
+/// A finished call: a panic in it goes on up.
+fn reap(done: std::result::Result<(), tokio::task::JoinError>) {
+    if let Err(e) = done {
+        if e.is_panic() {
+            std::panic::resume_unwind(e.into_panic());
+        }
     }
 }
 

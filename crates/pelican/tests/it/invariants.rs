@@ -63,6 +63,7 @@ async fn inv1_no_hang_when_the_holder_never_answers() {
     let ticket = p.submit(&Req::new(2, "held")).await.unwrap();
     let d = within(Duration::from_secs(5), "the delivery", holder.next())
         .await
+        .unwrap()
         .unwrap();
     let job = d.job().clone();
     let e = within(timeout + SLACK, "the timeout", ticket)
@@ -110,6 +111,7 @@ async fn inv2_one_outcome_late_duplicate_is_dropped() {
     let rid = ticket.request_id().to_string();
     let da = within(Duration::from_secs(5), "A's delivery", a.next())
         .await
+        .unwrap()
         .unwrap();
     let job_a = da.job().clone();
     proxy.set_blackhole(true);
@@ -301,6 +303,7 @@ async fn inv4_recovery_redelivers_after_claim_idle() {
     let ticket = p.submit(&req).await.unwrap();
     let d1 = within(Duration::from_secs(5), "the first delivery", dier.next())
         .await
+        .unwrap()
         .unwrap();
     assert_eq!(d1.job().delivery_count(), 1);
     die(dier, d1);
@@ -310,6 +313,7 @@ async fn inv4_recovery_redelivers_after_claim_idle() {
         .unwrap();
     let d2 = within(claim_idle + SLACK, "the redelivery", heir.next())
         .await
+        .unwrap()
         .unwrap();
     assert!(
         submitted.elapsed() >= claim_idle,
@@ -344,6 +348,7 @@ async fn inv4_recovery_dead_letters_past_max_deliveries() {
             .unwrap();
         let d = within(Duration::from_secs(5), "a delivery", c.next())
             .await
+            .unwrap()
             .unwrap();
         assert_eq!(d.job().delivery_count(), n);
         last = c.name().to_string();
@@ -629,6 +634,7 @@ async fn inv8_graceful_shutdown_hands_work_to_a_running_consumer() {
     // A takes one into its hands and has read the others ahead
     let d = within(Duration::from_secs(5), "A's delivery", a.next())
         .await
+        .unwrap()
         .unwrap();
     eventually(Duration::from_secs(5), "A holding all 4", || async {
         probe.pending().await == 4

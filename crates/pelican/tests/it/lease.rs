@@ -84,6 +84,7 @@ async fn inv5_lease_lost_when_the_request_is_withdrawn() {
     let rid = ticket.request_id().to_string();
     let d = within(Duration::from_secs(5), "the delivery", c.next())
         .await
+        .unwrap()
         .unwrap();
     let job = d.job().clone();
     assert!(!job.is_lease_lost());
@@ -120,6 +121,7 @@ async fn inv5_lease_lost_when_the_entry_is_taken_over() {
     let ticket = p.submit(&req).await.unwrap();
     let d = within(Duration::from_secs(5), "the delivery", c.next())
         .await
+        .unwrap()
         .unwrap();
     let job = d.job().clone();
     let stolen: Vec<String> = probe

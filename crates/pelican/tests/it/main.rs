@@ -7,6 +7,7 @@
 //! - `garbage`: invariant 7, entries written by broken or foreign clients.
 //! - `processes`: dedup across producers in two OS processes.
 //! - `faults`: dropped connections.
+//! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 
 mod common;
 mod faults;
@@ -16,3 +17,4 @@ mod lease;
 mod matrix;
 mod processes;
 mod smoke;
+mod supervision;

@@ -96,7 +96,7 @@ async fn run(s: Scenario) {
         let (runs, died) = (runs.clone(), died.clone());
         killers.spawn(async move {
             let mut answered = 0;
-            while let Some(d) = c.next().await {
+            while let Some(d) = c.next().await.unwrap() {
                 let rid = d.job().request_id().to_string();
                 runs.hit(&rid);
                 if answered == 1 {

@@ -66,7 +66,7 @@ async fn dedup_crash_and_dead() {
         .await
         .unwrap();
     assert_eq!(t2.submitted(), pelican::Submitted::Joined);
-    let d = dying.next().await.unwrap();
+    let d = dying.next().await.unwrap().unwrap();
     std::mem::forget(d);
     drop(dying); // crash: the entry stays in its PEL
     let r2 = runs.clone();
