@@ -57,8 +57,6 @@ pub enum RequestState {
     Dead,
     /// Its deadline passed first.
     Expired,
-    /// Withdrawn.
-    Cancelled,
 }
 
 impl RequestState {
@@ -68,12 +66,11 @@ impl RequestState {
             Outcome::Remote(_) => RequestState::Error,
             Outcome::Dead(_) => RequestState::Dead,
             Outcome::Expired(_) => RequestState::Expired,
-            Outcome::Cancelled(_) => RequestState::Cancelled,
         }
     }
 
     /// The snake-case name (`queued`, `in_work`, `lost`, `ok`, `error`, `dead`,
-    /// `expired`, `cancelled`).
+    /// `expired`).
     pub fn as_str(self) -> &'static str {
         match self {
             RequestState::Queued => "queued",
@@ -83,7 +80,6 @@ impl RequestState {
             RequestState::Error => "error",
             RequestState::Dead => "dead",
             RequestState::Expired => "expired",
-            RequestState::Cancelled => "cancelled",
         }
     }
 

@@ -13,8 +13,6 @@ pub(crate) enum Outcome {
     Dead(String),
     /// The deadline passed first.
     Expired(String),
-    /// Withdrawn.
-    Cancelled(String),
 }
 
 impl Outcome {
@@ -24,7 +22,6 @@ impl Outcome {
             Outcome::Remote(m) => (b'E', m.as_bytes()),
             Outcome::Dead(m) => (b'D', m.as_bytes()),
             Outcome::Expired(m) => (b'X', m.as_bytes()),
-            Outcome::Cancelled(m) => (b'C', m.as_bytes()),
         };
         let mut v = Vec::with_capacity(payload.len() + 1);
         v.push(tag);
@@ -41,7 +38,6 @@ impl Outcome {
             b'E' => Outcome::Remote(text()),
             b'D' => Outcome::Dead(text()),
             b'X' => Outcome::Expired(text()),
-            b'C' => Outcome::Cancelled(text()),
             _ => return None,
         })
     }
@@ -53,7 +49,6 @@ impl Outcome {
             Outcome::Remote(_) => "error",
             Outcome::Dead(_) => "dead",
             Outcome::Expired(_) => "expired",
-            Outcome::Cancelled(_) => "cancelled",
         }
     }
 
@@ -70,10 +65,6 @@ impl Outcome {
                 ErrorKind::Expired,
                 format!("request {rid} expired: {m}"),
             )),
-            Outcome::Cancelled(m) => Err(Error::new(
-                ErrorKind::Cancelled,
-                format!("request {rid} was cancelled: {m}"),
-            )),
         }
     }
 }
@@ -89,11 +80,12 @@ mod tests {
             Outcome::Remote("bad".into()),
             Outcome::Dead("poison".into()),
             Outcome::Expired("late".into()),
-            Outcome::Cancelled("gone".into()),
         ] {
             assert_eq!(Outcome::decode(&o.encode()), Some(o));
         }
         assert_eq!(Outcome::decode(b"P1-0;5;p;"), None);
         assert_eq!(Outcome::decode(b""), None);
+        // A withdrawn request has no outcome: its key is deleted (cancel.lua).
+        assert_eq!(Outcome::decode(b"Cgone"), None);
     }
 }
