@@ -38,13 +38,23 @@
 //! ```
 //!
 //! ## Layout
-//! - [`config`]: where a queue lives and how producers and consumers behave.
-//! - `producer`: [`Producer`], [`Ticket`]; `consumer`: [`Consumer`], [`Stopper`];
-//!   `delivery`: [`Delivery`], [`Job`], [`HandlerError`].
-//! - [`admin`]: look inside a queue (stats, dead letters), requeue and purge.
-//! - `error`: [`Error`], [`ErrorKind`]; `codec`: [`Codec`], [`Json`].
-//! - `keys`, `scripts` (and `lua/*.lua`), `entry`, `outcome`: the protocol, described
-//!   in `docs/PROTOCOL.md`.
+//! - [`config`]: where a queue lives ([`QueueConfig`]) and how producers and consumers
+//!   behave ([`ProducerConfig`], [`ConsumerConfig`]).
+//! - `producer/`: [`Producer`] (`mod.rs`), [`Ticket`] (`ticket.rs`), the waiters table
+//!   (`pending.rs`), batched submissions (`submit.rs`), withdrawals (`cancel.rs`), the reply
+//!   reader (`replies.rs`), trimming, sweep and janitor (`maintenance.rs`).
+//! - `consumer/`: [`Consumer`] and `serve` (`mod.rs`), the reader (`reader.rs`), taking over
+//!   idle work (`reclaim.rs`), the outcome writer (`writer.rs`), leases (`lease.rs`),
+//!   renewal and janitor (`maintenance.rs`), [`Delivery`], [`Job`], [`HandlerError`]
+//!   (`delivery.rs`).
+//! - [`admin`]: look inside a queue (stats, one request, dead letters), requeue and purge.
+//! - `protocol/`: what is written to Redis: keys ([`Keys`]), stream entries, the request
+//!   index value, outcomes, and one typed call per Lua script (`lua/*.lua`); described in
+//!   `docs/PROTOCOL.md`.
+//! - `conn/`: every connection (the shared one, the tasks' own, the lean wire), backoff and
+//!   retry. `shared.rs`: what a connected queue's producers, consumers and admin share.
+//! - `error`: [`Error`], [`ErrorKind`]; `codec`: [`Codec`], [`Json`]; `task`: owned,
+//!   supervised background tasks; `metrics`, `ids`, `clock`.
 //!
 //! ## Observability
 //! Counters and histograms go through the `metrics` facade (`pelican_requests_*`,
