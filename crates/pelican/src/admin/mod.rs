@@ -1,5 +1,5 @@
-//! Looking inside a queue, and the operator's tools: stats ([`stats`]), one request's
-//! state ([`inspect`]), dead letters ([`dead`]), janitor, destroy.
+//! Looking inside a queue, and the operator's tools: stats ([`Admin::stats`]), one
+//! request's state ([`Admin::inspect`]), dead letters ([`Admin::dead_letters`]), janitor, destroy.
 
 mod dead;
 mod inspect;
