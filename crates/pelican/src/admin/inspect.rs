@@ -9,7 +9,7 @@ use redis::Value;
 use serde::Serialize;
 use std::fmt;
 
-/// What Redis knows of one request (see [`Admin::inspect`]).
+/// What Redis knows of one request (see [`super::Admin::inspect`]).
 #[derive(Debug, Clone, Serialize)]
 #[non_exhaustive]
 pub struct RequestInfo {
