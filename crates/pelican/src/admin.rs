@@ -484,9 +484,7 @@ impl Admin {
     /// Deletes every key of the queue; returns how many. For tests and benchmarks:
     /// producers and consumers still attached lose their state.
     pub async fn destroy(&self) -> Result<u64> {
-        let keys = self
-            .scan(&self.shared.keys.pattern())
-            .await?;
+        let keys = self.scan(&self.shared.keys.pattern()).await?;
         let mut n = 0;
         for chunk in keys.chunks(500) {
             let d: u64 = redis::cmd("DEL")

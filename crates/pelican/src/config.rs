@@ -100,7 +100,10 @@ impl std::fmt::Debug for QueueConfig {
             .field("reply_maxlen", &self.reply_maxlen)
             .field(
                 "tls_root_ca_pem",
-                &self.tls_root_ca_pem.as_ref().map(|p| format!("{} bytes", p.len())),
+                &self
+                    .tls_root_ca_pem
+                    .as_ref()
+                    .map(|p| format!("{} bytes", p.len())),
             )
             .finish()
     }
@@ -546,7 +549,10 @@ mod tests {
             redacted_url("redis://user:secret@host:1/0"),
             "redis://user:***@host:1/0"
         );
-        assert_eq!(redacted_url("redis://:secret@host:1"), "redis://:***@host:1");
+        assert_eq!(
+            redacted_url("redis://:secret@host:1"),
+            "redis://:***@host:1"
+        );
         assert_eq!(redacted_url("redis://secret@host:1"), "redis://***@host:1");
         assert_eq!(redacted_url("redis://host:1"), "redis://host:1");
     }
@@ -557,8 +563,13 @@ mod tests {
             .with_tls_root_ca_pem(b"-----BEGIN CERTIFICATE-----".to_vec());
         let shown = format!("{q:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
-        assert!(shown.contains("redis://pelican:***@127.0.0.1:6379"), "{shown}");
-        let err = QueueConfig::new("http://u:hunter2@host", "jobs").client().unwrap_err();
+        assert!(
+            shown.contains("redis://pelican:***@127.0.0.1:6379"),
+            "{shown}"
+        );
+        let err = QueueConfig::new("http://u:hunter2@host", "jobs")
+            .client()
+            .unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }
 
