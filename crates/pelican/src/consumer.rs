@@ -237,7 +237,7 @@ where
                     }
                 };
                 if let Err(e) = r {
-                    tracing::warn!(rid = %rid, error = %e, "could not record an outcome");
+                    tracing::warn!(rid = %rid, error = %format_args!("{e:#}"), "could not record an outcome");
                 }
             });
             // reap finished handlers so the set does not grow
@@ -404,7 +404,7 @@ where
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "reclaim failed");
+                    tracing::warn!(error = %format_args!("{e:#}"), "reclaim failed");
                     next_reclaim =
                         Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
                 }
@@ -417,7 +417,7 @@ where
             match sh.blocking_connection(cfg.block).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    tracing::warn!(error = %e, "consumer cannot connect; retrying");
+                    tracing::warn!(error = %format_args!("{e:#}"), "consumer cannot connect; retrying");
                     drop(permits);
                     wait_or_stop(&inner, backoff.next()).await;
                     continue;
@@ -464,7 +464,7 @@ where
                 tracing::warn!("the consumer group is gone (Redis restarted or the stream was deleted); creating it again");
                 drop(permits);
                 if let Err(e) = sh.ensure_group().await {
-                    tracing::warn!(error = %e, "cannot create the consumer group");
+                    tracing::warn!(error = %format_args!("{e:#}"), "cannot create the consumer group");
                     wait_or_stop(&inner, backoff.next()).await;
                 }
             }
@@ -728,7 +728,7 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
                 match write_completions(&inner, &mut conn, &completes).await {
                     Ok(r) => break Ok(r),
                     Err(e) if Instant::now() < give_up && !inner.stop.is_cancelled() => {
-                        tracing::warn!(error = %e, "writing outcomes failed; retrying");
+                        tracing::warn!(error = %format_args!("{e:#}"), "writing outcomes failed; retrying");
                         tokio::time::sleep(backoff.next()).await;
                     }
                     Err(e) => break Err(e),
@@ -764,7 +764,7 @@ async fn writer(inner: Arc<CInner>, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
             let mut result = Ok(());
             for (idle, sids) in by_idle {
                 if let Err(e) = release(&inner, &mut conn, idle, &sids).await {
-                    tracing::warn!(error = %e, "releasing entries failed; they are reclaimed after claim_idle");
+                    tracing::warn!(error = %format_args!("{e:#}"), "releasing entries failed; they are reclaimed after claim_idle");
                     result = Err(e);
                 }
             }
@@ -845,10 +845,13 @@ async fn eval_own(
     if conn.is_none() {
         match sh.own_connection(sh.queue.command_timeout).await {
             Ok(c) => *conn = Some(c),
+            // The client library's error as it was: an ACL denial stays one (not
+            // retryable), a refused connection stays an I/O error.
             Err(e) => {
-                return Err(redis::RedisError::from(std::io::Error::other(
-                    e.to_string(),
-                )))
+                return Err(e
+                    .redis_source()
+                    .cloned()
+                    .unwrap_or_else(|| std::io::Error::other(format!("{e:#}")).into()))
             }
         }
     }
@@ -872,13 +875,13 @@ async fn maintenance(weak: std::sync::Weak<CInner>) {
         tokio::time::sleep(interval.min(Duration::from_secs(1))).await;
         let Some(inner) = weak.upgrade() else { return };
         if let Err(e) = renew(&inner).await {
-            tracing::warn!(error = %e, "lease renewal failed");
+            tracing::warn!(error = %format_args!("{e:#}"), "lease renewal failed");
         }
         let sh = &inner.shared;
         if last_janitor.elapsed() >= sh.queue.janitor_interval {
             last_janitor = Instant::now();
             if let Err(e) = sh.janitor(&inner.name).await {
-                tracing::debug!(error = %e, "janitor failed");
+                tracing::debug!(error = %format_args!("{e:#}"), "janitor failed");
             }
         }
     }

@@ -703,7 +703,7 @@ fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, n = jobs.len(), "submission failed");
+            tracing::warn!(error = %format_args!("{e:#}"), n = jobs.len(), "submission failed");
             for mut job in jobs {
                 inner.resolve(&job.rid, Err(e.clone()));
                 if let Some(ack) = job.ack.take() {
@@ -724,7 +724,7 @@ async fn canceller(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<CancelJob>
             }
         }
         if let Err(e) = cancel_batch(&inner, &batch).await {
-            tracing::warn!(error = %e, "withdrawing abandoned requests failed; they run and their outcomes are cached");
+            tracing::warn!(error = %format_args!("{e:#}"), "withdrawing abandoned requests failed; they run and their outcomes are cached");
         }
     }
 }
@@ -760,7 +760,7 @@ async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: String) {
         let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
-                tracing::debug!(error = %e, "reply reader cannot connect; retrying");
+                tracing::debug!(error = %format_args!("{e:#}"), "reply reader cannot connect; retrying");
                 tokio::time::sleep(backoff.next()).await;
                 continue;
             }
@@ -867,7 +867,7 @@ async fn maintenance(weak: std::sync::Weak<Inner>) {
             match sweep(&inner, min_age).await {
                 Ok(()) => last_sweep = Instant::now(),
                 Err(e) => {
-                    tracing::debug!(error = %e, "sweep failed; will retry");
+                    tracing::debug!(error = %format_args!("{e:#}"), "sweep failed; will retry");
                     inner.sweep_now.store(true, Ordering::SeqCst);
                 }
             }
@@ -875,7 +875,7 @@ async fn maintenance(weak: std::sync::Weak<Inner>) {
         if last_janitor.elapsed() >= sh.queue.janitor_interval {
             last_janitor = Instant::now();
             if let Err(e) = sh.janitor(&inner.id).await {
-                tracing::debug!(error = %e, "janitor failed");
+                tracing::debug!(error = %format_args!("{e:#}"), "janitor failed");
             }
         }
     }

@@ -7,6 +7,7 @@
 //! - `garbage`: invariant 7, entries written by broken or foreign clients.
 //! - `processes`: dedup across producers in two OS processes.
 //! - `faults`: dropped connections.
+//! - `refusals`: which Redis errors a caller may retry.
 
 mod common;
 mod faults;
@@ -15,4 +16,5 @@ mod invariants;
 mod lease;
 mod matrix;
 mod processes;
+mod refusals;
 mod smoke;
