@@ -263,7 +263,7 @@ impl Bench<'_> {
             if let Some(p) = producer {
                 match tokio::time::timeout(CLEANUP_TIMEOUT, p.shutdown()).await {
                     Ok(Ok(())) => {}
-                    Ok(Err(e)) => problems.push(format!("stopping the producer: {e}")),
+                    Ok(Err(e)) => problems.push(format!("stopping the producer: {e:#}")),
                     Err(_) => problems.push("stopping the producer timed out".into()),
                 }
             }
@@ -280,7 +280,7 @@ impl Bench<'_> {
         {
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {
-                problems.push(format!("deleting the queue's keys: {e}"));
+                problems.push(format!("deleting the queue's keys: {e:#}"));
                 0
             }
             Err(_) => {

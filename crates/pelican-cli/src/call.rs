@@ -38,7 +38,7 @@ pub async fn run(g: &Global, args: &CallArgs) -> CliResult {
     };
     // Withdraws nothing that is still wanted; deletes this producer's reply stream.
     if let Err(e) = producer.shutdown().await {
-        tracing::debug!(error = %e, "producer shutdown");
+        tracing::debug!(error = %format_args!("{e:#}"), "producer shutdown");
     }
     let response = result.map_err(|e| g.error(&e))?;
     println!("{response}");

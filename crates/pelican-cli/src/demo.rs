@@ -413,14 +413,14 @@ impl Demo {
         for r in [&r1, &r2] {
             match r {
                 Err(e) if e.kind() == ErrorKind::Dead => dead_callers += 1,
-                Err(e) => self.out.say(format!("a poison caller got: {e}")),
+                Err(e) => self.out.say(format!("a poison caller got: {e:#}")),
                 Ok(v) => self
                     .out
                     .say(format!("a poison caller got a response?! {v}")),
             }
         }
         if let Err(e) = &r1 {
-            self.out.say(format!("both callers got: {e}"));
+            self.out.say(format!("both callers got: {e:#}"));
         }
         let admin = self.admin.as_ref().expect("connected");
         let letters = admin.dead_letters(100).await.map_err(|e| self.error(&e))?;
@@ -562,7 +562,7 @@ impl Demo {
                 ));
             } else if let Err(e) = admin.destroy().await {
                 self.out
-                    .say(format!("could not remove the demo queue's keys: {e}"));
+                    .say(format!("could not remove the demo queue's keys: {e:#}"));
             }
         }
     }

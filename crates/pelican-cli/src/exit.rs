@@ -50,7 +50,7 @@ impl CliError {
     /// Maps a library error to its exit code and adds advice for the queue `queue` on the
     /// Redis at `url`.
     pub fn from_pelican(err: &pelican::Error, url: &str, queue: &str) -> Self {
-        let msg = err.message();
+        let msg = &with_causes(err);
         match err.kind() {
             ErrorKind::Remote => {
                 CliError::new(REMOTE, format!("the request failed remotely: {msg}"))
@@ -92,13 +92,29 @@ impl CliError {
                 "{msg}. Send a reference to the data (a key or a URL) instead of the data"
             )),
             ErrorKind::Redis => CliError::failure(format!(
-                "{msg}. Check that the server at {} is Redis 6.2 or newer and reachable \
+                "redis error: {msg}. Check that the server at {} is Redis 6.2 or newer and reachable \
                  (`redis-cli -u URL ping`)",
                 crate::redis_local::redacted(url)
             )),
-            _ => CliError::failure(err.to_string()),
+            _ => CliError::failure(format!("{err:#}")),
         }
     }
+}
+
+/// The error's message followed by its causes (the `source` chain), each said once: the
+/// client library's errors repeat their own source's text.
+pub fn with_causes(err: &pelican::Error) -> String {
+    let mut out = err.message().to_string();
+    let mut next = std::error::Error::source(err);
+    while let Some(cause) = next {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            out.push_str(": ");
+            out.push_str(&text);
+        }
+        next = cause.source();
+    }
+    out
 }
 
 impl fmt::Display for CliError {

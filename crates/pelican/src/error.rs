@@ -53,6 +53,11 @@ impl ErrorKind {
 
 /// The error of every fallible pelican operation: a [`ErrorKind`], a message and, where
 /// there is one, the underlying error as [`std::error::Error::source`].
+///
+/// `{}` shows the kind and the message, which says what pelican was doing ("redis
+/// error: submitting requests"); the cause is not repeated in it, so reporters that
+/// print the source chain print it once. `{:#}` adds the causes:
+/// "redis error: submitting requests: broken pipe".
 #[derive(Clone)]
 pub struct Error {
     kind: ErrorKind,
@@ -81,15 +86,23 @@ impl Error {
         Error::new(ErrorKind::Config, message)
     }
 
+    /// A Redis failure while doing `context`; `err` is the source.
     pub(crate) fn redis(context: &str, err: redis::RedisError) -> Self {
-        Error::new(ErrorKind::Redis, format!("{context}: {err}")).with_source(err)
+        Error::new(ErrorKind::Redis, context).with_source(err)
     }
 
+    /// A body that could not be encoded or decoded while doing `context`; `err` is the
+    /// source.
     pub(crate) fn codec(
         context: &str,
         err: impl std::error::Error + Send + Sync + 'static,
     ) -> Self {
-        Error::new(ErrorKind::Codec, format!("{context}: {err}")).with_source(err)
+        Error::new(ErrorKind::Codec, context).with_source(err)
+    }
+
+    /// The client library's error behind this one, if that is its cause.
+    pub(crate) fn redis_source(&self) -> Option<&redis::RedisError> {
+        self.source.as_deref()?.downcast_ref()
     }
 
     /// What kind of failure this is.
@@ -97,19 +110,30 @@ impl Error {
         self.kind
     }
 
-    /// The human-readable message (for [`ErrorKind::Remote`], the handler's own words).
+    /// The human-readable message (for [`ErrorKind::Remote`], the handler's own words),
+    /// without the cause: see [`std::error::Error::source`], or format with `{:#}`.
     pub fn message(&self) -> &str {
         &self.message
     }
 
-    /// Whether submitting the same request again may succeed: timeouts, expiry,
-    /// cancellation and Redis faults are passing; remote errors, dead letters, bad input
-    /// and configuration are not.
+    /// Whether submitting the same request again may succeed.
+    ///
+    /// - Yes for timeouts, expiry and cancellation.
+    /// - For [`ErrorKind::Redis`], yes when the fault passes: Redis could not be reached,
+    ///   the connection dropped or a reply did not come in time, or the server was in a
+    ///   passing state (`LOADING`, `BUSY`, `TRYAGAIN`, `MASTERDOWN`, `CLUSTERDOWN`,
+    ///   `READONLY` after a failover, `MOVED`/`ASK`, `NOREPLICAS`, and `OOM` or `MISCONF`
+    ///   until memory or disk are freed). No when Redis refused the command for good:
+    ///   ACL denials (`NOPERM`), `NOAUTH`/`WRONGPASS`, `WRONGTYPE`, a script it cannot
+    ///   load (`NOSCRIPT`), `ERR` and any other error reply, or an answer pelican cannot
+    ///   make sense of. Sending the same again gets the same answer.
+    /// - No for remote errors, dead letters, bad input and configuration.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self.kind,
-            ErrorKind::Timeout | ErrorKind::Expired | ErrorKind::Cancelled | ErrorKind::Redis
-        )
+        match self.kind {
+            ErrorKind::Timeout | ErrorKind::Expired | ErrorKind::Cancelled => true,
+            ErrorKind::Redis => self.redis_source().is_some_and(redis_fault_passes),
+            _ => false,
+        }
     }
 
     /// Whether this is a timeout (local [`ErrorKind::Timeout`] or [`ErrorKind::Expired`]).
@@ -138,9 +162,51 @@ impl fmt::Debug for Error {
     }
 }
 
+/// Whether a Redis error is one that passes: see [`Error::is_retryable`].
+fn redis_fault_passes(e: &redis::RedisError) -> bool {
+    use redis::ErrorKind as K;
+    match e.kind() {
+        // I/O includes refused, reset and dropped connections, timeouts and replies
+        // that were not RESP; a new connection may do better.
+        K::Io | K::Parse | K::ClusterConnectionNotFound => true,
+        K::Server(_) | K::Extension => matches!(
+            e.code(),
+            Some(
+                "LOADING"
+                    | "BUSY"
+                    | "TRYAGAIN"
+                    | "MASTERDOWN"
+                    | "CLUSTERDOWN"
+                    | "READONLY"
+                    | "MOVED"
+                    | "ASK"
+                    | "NOREPLICAS"
+                    | "OOM"
+                    | "MISCONF"
+            )
+        ),
+        _ => false,
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.kind.as_str(), self.message)
+        if !f.alternate() {
+            return write!(f, "{}: {}", self.kind.as_str(), self.message);
+        }
+        // The client library's errors show their own source's text too: each cause
+        // is written once.
+        let mut out = format!("{}: {}", self.kind.as_str(), self.message);
+        let mut next = std::error::Error::source(self);
+        while let Some(cause) = next {
+            let text = cause.to_string();
+            if !out.contains(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            next = cause.source();
+        }
+        f.write_str(&out)
     }
 }
 
@@ -154,3 +220,123 @@ impl std::error::Error for Error {
 
 /// `Result` with [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+    use std::io::ErrorKind as Io;
+
+    /// The client library's error for an error reply `-<line>`.
+    fn reply_error(line: &str) -> redis::RedisError {
+        redis::parse_redis_value(format!("-{line}\r\n").as_bytes())
+            .unwrap()
+            .extract_error()
+            .unwrap_err()
+    }
+
+    fn io(kind: Io) -> redis::RedisError {
+        std::io::Error::new(kind, "trouble on the wire").into()
+    }
+
+    #[test]
+    fn passing_faults_are_retryable_and_refusals_are_not() {
+        let mut passing = vec![
+            io(Io::ConnectionRefused),
+            io(Io::ConnectionReset),
+            io(Io::ConnectionAborted),
+            io(Io::BrokenPipe),
+            io(Io::UnexpectedEof),
+            io(Io::TimedOut),
+            io(Io::InvalidData),
+        ];
+        passing.extend(
+            [
+                "LOADING Redis is loading the dataset in memory",
+                "BUSY Redis is busy running a script. You can only call SCRIPT KILL or SHUTDOWN NOSAVE.",
+                "TRYAGAIN Multiple keys request during rehashing of slot",
+                "MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.",
+                "CLUSTERDOWN The cluster is down",
+                "READONLY You can't write against a read only replica.",
+                "MOVED 3999 127.0.0.1:6381",
+                "ASK 3999 127.0.0.1:6381",
+                "NOREPLICAS Not enough good replicas to write.",
+                "OOM command not allowed when used memory > 'maxmemory'.",
+                "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to disk.",
+            ]
+            .map(reply_error),
+        );
+        let mut refusals = [
+            "NOPERM User pelican has no permissions to run the 'evalsha' command",
+            "WRONGTYPE Operation against a key holding the wrong kind of value",
+            "NOAUTH Authentication required.",
+            "WRONGPASS invalid username-password pair or user is disabled.",
+            "NOSCRIPT No matching script. Please use EVAL.",
+            "ERR unknown command 'FROB', with args beginning with: ",
+            "ERR syntax error",
+            "EXECABORT Transaction discarded because of previous errors.",
+            "CROSSSLOT Keys in request don't hash to the same slot",
+            "SOMETHINGNEW an error code from a later Redis",
+        ]
+        .map(reply_error)
+        .to_vec();
+        refusals.push((redis::ErrorKind::AuthenticationFailed, "no password").into());
+        refusals.push((redis::ErrorKind::UnexpectedReturnType, "not a string").into());
+        for e in passing {
+            assert!(Error::redis("ctx", e.clone()).is_retryable(), "{e}");
+        }
+        for e in refusals {
+            assert!(!Error::redis("ctx", e.clone()).is_retryable(), "{e}");
+        }
+        // A Redis answer pelican cannot make sense of comes the same way again.
+        assert!(!Error::new(ErrorKind::Redis, "unexpected answer from a script").is_retryable());
+        assert!(Error::new(ErrorKind::Timeout, "no outcome in time").is_retryable());
+        assert!(!Error::new(ErrorKind::Remote, "the handler said no").is_retryable());
+    }
+
+    /// What a reporter that walks the `source` chain prints: each link, except one that
+    /// only repeats the text of the link before (the client library's errors show their
+    /// own source's text).
+    fn report(e: &dyn std::error::Error) -> String {
+        let mut out = e.to_string();
+        let mut prev = out.clone();
+        let mut next = e.source();
+        while let Some(cause) = next {
+            let text = cause.to_string();
+            if text != prev {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            prev = text;
+            next = cause.source();
+        }
+        out
+    }
+
+    #[test]
+    fn the_cause_is_printed_once() {
+        let cause = "no permissions to run the 'evalsha' command";
+        for e in [
+            Error::redis(
+                "submitting requests",
+                reply_error(&format!("NOPERM {cause}")),
+            ),
+            Error::redis(
+                "submitting requests",
+                std::io::Error::new(Io::ConnectionReset, cause).into(),
+            ),
+            Error::codec(
+                "submitting requests",
+                crate::codec::CodecError(cause.to_string()),
+            ),
+        ] {
+            assert!(!e.to_string().contains(cause), "{e}");
+            assert!(e.source().is_some_and(|s| s.to_string().contains(cause)));
+            let chain = report(&e);
+            assert_eq!(chain.matches(cause).count(), 1, "{chain}");
+            let alt = format!("{e:#}");
+            assert_eq!(alt.matches(cause).count(), 1, "{alt}");
+            assert!(alt.starts_with(&format!("{e}: ")), "{alt}");
+        }
+    }
+}

@@ -153,7 +153,7 @@ impl Load {
                 return;
             }
             Ok(r) => format!("wrong answer {r:?}"),
-            Err(e) => format!("failed: {e}"),
+            Err(e) => format!("failed: {e:#}"),
         };
         if self.bad.fetch_add(1, Ordering::Relaxed) < SHOW_BAD {
             eprintln!("pelican bench: request i={i}: {why}");

@@ -76,14 +76,14 @@ pub async fn produce(
                 let span = tracing::info_span!("request", rid = %ticket.request_id());
                 waits.spawn(
                     async move {
-                        let r = ticket.await.map_err(|e| e.to_string());
+                        let r = ticket.await.map_err(|e| format!("{e:#}"));
                         tracing::debug!(ok = r.is_ok(), "resolved");
                         (t0.elapsed(), r)
                     }
                     .instrument(span),
                 );
             }
-            Err(e) => load.resolved(t0.elapsed(), Err(e.to_string())),
+            Err(e) => load.resolved(t0.elapsed(), Err(format!("{e:#}"))),
         }
         while let Some(Ok((took, r))) = waits.try_join_next() {
             load.resolved(took, r);

@@ -140,3 +140,37 @@ fn help_and_version_exit_0() {
         assert!(!out.stdout.is_empty());
     }
 }
+
+/// A command Redis refuses (here an ACL denial): exit 1, and the message says what
+/// pelican was doing and Redis' own words, once.
+#[test]
+fn a_redis_refusal_exits_1_with_its_cause_once() {
+    let env = Env::new("refused");
+    let out = env.server.cli(&[
+        "ACL", "SETUSER", "limited", "on", ">s3cret", "~*", "+@all", "-evalsha",
+    ]);
+    assert_eq!(out.trim(), "OK");
+    let url = format!("redis://limited:s3cret@127.0.0.1:{}", env.server.port());
+    let out = run({
+        let mut c = pelican();
+        c.args(["--redis", &url, "--queue", &env.queue, "call", "{}"]);
+        c
+    });
+    assert_eq!(out.code, 1, "{out:?}");
+    // (the library's log lines say it too; this is the command's own message)
+    let said = out
+        .stderr
+        .lines()
+        .find(|l| l.starts_with("pelican: "))
+        .unwrap_or_else(|| panic!("no message: {out:?}"));
+    assert!(
+        said.starts_with("pelican: redis error: submitting requests: NoPerm: "),
+        "{said}"
+    );
+    assert_eq!(
+        said.matches("no permissions to run the 'evalsha' command")
+            .count(),
+        1,
+        "{said}"
+    );
+}

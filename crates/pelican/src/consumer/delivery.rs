@@ -147,7 +147,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             Err(e) => {
                 let err = Error::codec("encoding the response", e);
                 let o = Outcome::Remote(format!(
-                    "the handler's response could not be encoded: {err}"
+                    "the handler's response could not be encoded: {err:#}"
                 ));
                 (o, Some(err))
             }

@@ -17,14 +17,14 @@ pub(super) async fn run(inner: Arc<ConsumerState>) {
         if last_renewal.elapsed() + tick / 2 >= interval {
             last_renewal = Instant::now();
             if let Err(e) = renew(&inner.shared, &inner.name, &inner.leases).await {
-                tracing::warn!(error = %e, "lease renewal failed");
+                tracing::warn!(error = %format_args!("{e:#}"), "lease renewal failed");
             }
         }
         let sh = &inner.shared;
         if last_janitor.elapsed() >= sh.queue.janitor_interval {
             last_janitor = Instant::now();
             if let Err(e) = sh.janitor(&inner.name).await {
-                tracing::debug!(error = %e, "janitor failed");
+                tracing::debug!(error = %format_args!("{e:#}"), "janitor failed");
             }
         }
     }

@@ -214,12 +214,12 @@ where
                     }
                     Err(panic) => {
                         let e = crate::task::panic_message(&*panic);
-                        tracing::warn!(rid = %rid, error = %e, "handler panicked; the request is released for redelivery");
+                        tracing::warn!(rid = %rid, error = %format_args!("{e:#}"), "handler panicked; the request is released for redelivery");
                         d.retry().await
                     }
                 };
                 if let Err(e) = r {
-                    tracing::warn!(rid = %rid, error = %e, "could not record an outcome");
+                    tracing::warn!(rid = %rid, error = %format_args!("{e:#}"), "could not record an outcome");
                 }
             });
             // reap finished handlers so the set does not grow

@@ -91,7 +91,7 @@ pub(super) async fn run<Req, Resp, C>(
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "reclaim failed");
+                    tracing::warn!(error = %format_args!("{e:#}"), "reclaim failed");
                     next_reclaim =
                         Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
                 }
@@ -104,7 +104,7 @@ pub(super) async fn run<Req, Resp, C>(
             match sh.blocking_connection(cfg.block).await {
                 Ok(c) => conn = Some(c),
                 Err(e) => {
-                    tracing::warn!(error = %e, "consumer cannot connect; retrying");
+                    tracing::warn!(error = %format_args!("{e:#}"), "consumer cannot connect; retrying");
                     drop(permits);
                     wait_or_stop(&inner, backoff.next()).await;
                     continue;
@@ -151,12 +151,12 @@ pub(super) async fn run<Req, Resp, C>(
                 tracing::warn!("the consumer group is gone (Redis restarted or the stream was deleted); creating it again");
                 drop(permits);
                 if let Err(e) = sh.ensure_group().await {
-                    tracing::warn!(error = %e, "cannot create the consumer group");
+                    tracing::warn!(error = %format_args!("{e:#}"), "cannot create the consumer group");
                     wait_or_stop(&inner, backoff.next()).await;
                 }
             }
             Err(e) => {
-                tracing::warn!(error = %e, "read failed; reconnecting");
+                tracing::warn!(error = %format_args!("{e:#}"), "read failed; reconnecting");
                 conn = None;
                 drop(permits);
                 wait_or_stop(&inner, backoff.next()).await;
@@ -295,7 +295,7 @@ async fn reject(inner: &ConsumerState, sid: &str, reason: &str, deliveries: u32)
         Ok(1) => sh.metrics.dead_lettered(1),
         Ok(_) => {}
         Err(e) => {
-            tracing::warn!(error = %e, entry = sid, "could not dead-letter; it will be reclaimed and tried again")
+            tracing::warn!(error = %format_args!("{e:#}"), entry = sid, "could not dead-letter; it will be reclaimed and tried again")
         }
     }
 }

@@ -154,7 +154,7 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
                 match write_completions(&inner, &mut conn, &completes).await {
                     Ok(r) => break Ok(r),
                     Err(e) if Instant::now() < give_up && !inner.stop.is_cancelled() => {
-                        tracing::warn!(error = %e, "writing outcomes failed; retrying");
+                        tracing::warn!(error = %format_args!("{e:#}"), "writing outcomes failed; retrying");
                         tokio::time::sleep(backoff.next()).await;
                     }
                     Err(e) => break Err(e),
@@ -190,7 +190,7 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             let mut result = Ok(());
             for (idle, sids) in by_idle {
                 if let Err(e) = release(&inner, &mut conn, idle, &sids).await {
-                    tracing::warn!(error = %e, "releasing entries failed; they are reclaimed after claim_idle");
+                    tracing::warn!(error = %format_args!("{e:#}"), "releasing entries failed; they are reclaimed after claim_idle");
                     result = Err(e);
                 }
             }
@@ -272,9 +272,12 @@ async fn eval_own(
         match sh.own_connection(sh.queue.command_timeout).await {
             Ok(c) => *conn = Some(c),
             Err(e) => {
-                return Err(redis::RedisError::from(std::io::Error::other(
-                    e.to_string(),
-                )))
+                // The client library's error as it was: an ACL denial stays one (not
+                // retryable), a refused connection stays an I/O error.
+                return Err(e
+                    .redis_source()
+                    .cloned()
+                    .unwrap_or_else(|| std::io::Error::other(format!("{e:#}")).into()));
             }
         }
     }

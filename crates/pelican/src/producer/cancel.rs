@@ -11,7 +11,7 @@ pub(super) async fn canceller(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver
     let mut batch = Vec::new();
     while rx.recv_many(&mut batch, MAX_BATCH).await > 0 {
         if let Err(e) = cancel_batch(&inner, &batch).await {
-            tracing::warn!(error = %e, "withdrawing abandoned requests failed; they run and their outcomes are cached");
+            tracing::warn!(error = %format_args!("{e:#}"), "withdrawing abandoned requests failed; they run and their outcomes are cached");
         }
         batch.clear();
     }

@@ -73,7 +73,7 @@ pub(super) async fn maintenance(weak: std::sync::Weak<Inner>) {
             match sweep(&inner, min_age).await {
                 Ok(()) => last_sweep = Instant::now(),
                 Err(e) => {
-                    tracing::debug!(error = %e, "sweep failed; will retry");
+                    tracing::debug!(error = %format_args!("{e:#}"), "sweep failed; will retry");
                     inner.sweep_now.store(true, Ordering::SeqCst);
                 }
             }
@@ -81,7 +81,7 @@ pub(super) async fn maintenance(weak: std::sync::Weak<Inner>) {
         if last_janitor.elapsed() >= sh.queue.janitor_interval {
             last_janitor = Instant::now();
             if let Err(e) = sh.janitor(&inner.id).await {
-                tracing::debug!(error = %e, "janitor failed");
+                tracing::debug!(error = %format_args!("{e:#}"), "janitor failed");
             }
         }
     }

@@ -47,7 +47,7 @@ pub(super) async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: Stri
         let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
-                tracing::debug!(error = %e, "reply reader cannot connect; retrying");
+                tracing::debug!(error = %format_args!("{e:#}"), "reply reader cannot connect; retrying");
                 tokio::time::sleep(backoff.next()).await;
                 continue;
             }
@@ -85,7 +85,7 @@ pub(super) async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: Stri
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %e, "reply reader lost its connection; reconnecting");
+                    tracing::warn!(error = %format_args!("{e:#}"), "reply reader lost its connection; reconnecting");
                     inner.sweep_now.store(true, Ordering::SeqCst);
                     tokio::time::sleep(backoff.next()).await;
                     break;

@@ -190,7 +190,7 @@ fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
             }
         }
         Err(e) => {
-            tracing::warn!(error = %e, n = jobs.len(), "submission failed");
+            tracing::warn!(error = %format_args!("{e:#}"), n = jobs.len(), "submission failed");
             for mut job in jobs {
                 inner.resolve(&job.rid, Err(e.clone()));
                 if let Some(ack) = job.ack.take() {

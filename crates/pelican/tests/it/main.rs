@@ -7,6 +7,7 @@
 //! - `garbage`: invariant 7, entries written by broken or foreign clients.
 //! - `processes`: dedup across producers in two OS processes.
 //! - `faults`: dropped connections.
+//! - `refusals`: which Redis errors a caller may retry.
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 
 mod common;
@@ -16,5 +17,6 @@ mod invariants;
 mod lease;
 mod matrix;
 mod processes;
+mod refusals;
 mod smoke;
 mod supervision;

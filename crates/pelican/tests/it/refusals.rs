@@ -1,0 +1,75 @@
+//! What a caller may retry (`Error::is_retryable`): a command Redis refuses for good
+//! is not retryable, Redis being gone is.
+
+use crate::common::*;
+use pelican::{ErrorKind, Producer};
+use pelican_testkit::RedisServer;
+
+/// A least-privilege user (as in README.md's "Running with least privilege") that
+/// lacks EVALSHA, which every submission runs.
+const NO_EVALSHA: &[&str] = &[
+    "resetkeys",
+    "~pelican:*",
+    "resetchannels",
+    "-@all",
+    "+ping",
+    "+script|load",
+    "+get",
+    "+set",
+    "+getdel",
+    "+append",
+    "+del",
+    "+exists",
+    "+mget",
+    "+pexpire",
+    "+scan",
+    "+xadd",
+    "+xack",
+    "+xdel",
+    "+xclaim",
+    "+xpending",
+    "+xrange",
+    "+xlen",
+    "+xtrim",
+    "+xinfo",
+    "+xgroup",
+    "+xread",
+    "+xreadgroup",
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acl_denial_is_not_retryable() {
+    let server = RedisServer::start();
+    let mut setuser = vec!["ACL", "SETUSER", "limited", "on", ">s3cret"];
+    setuser.extend(NO_EVALSHA);
+    assert_eq!(server.cli(&setuser).trim(), "OK");
+    let mut q = queue(&server, "acl");
+    q.url = format!("redis://limited:s3cret@127.0.0.1:{}", server.port());
+    let p = Producer::<Req, Resp>::connect(q, fast_producer())
+        .await
+        .unwrap();
+    let e = match p.submit(&Req::new(1, "denied")).await {
+        Ok(_) => panic!("a submission without EVALSHA was accepted"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
+    assert!(!e.is_retryable(), "{e:#}");
+    let said = format!("{e:#}");
+    assert_eq!(said.matches("no permissions").count(), 1, "{said}");
+    p.shutdown().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_gone_is_retryable() {
+    let mut server = RedisServer::start();
+    let p = Producer::<Req, Resp>::connect(queue(&server, "gone"), fast_producer())
+        .await
+        .unwrap();
+    server.kill();
+    let e = match p.submit(&Req::new(1, "nowhere")).await {
+        Ok(_) => panic!("a submission to a killed server was accepted"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
+    assert!(e.is_retryable(), "{e:#}");
+}
