@@ -52,7 +52,9 @@ pub const MAX_REQUEST_ID_LEN: usize = 256;
 #[derive(Clone)]
 pub struct QueueConfig {
     /// Redis URL: `redis://[user:password@]host:port[/db]` (or `rediss://` for TLS when
-    /// built with the `tls` feature).
+    /// built with the `tls` feature, `unix:///path`), or a Redis Cluster:
+    /// `redis+cluster://[user:password@]host:port[,host:port...]` (seed nodes; the rest of
+    /// the cluster is discovered; `rediss+cluster://` for TLS).
     pub url: String,
     /// The queue's name: 1 to 128 characters of `A-Z a-z 0-9 . _ - :`. No braces: the
     /// name becomes the keys' hash tag.
@@ -214,7 +216,7 @@ impl QueueConfig {
                 "reply_maxlen and dead_maxlen must be at least 1",
             ));
         }
-        self.client()?;
+        crate::conn::Endpoint::of(self)?;
         Ok(())
     }
 }
@@ -252,13 +254,14 @@ impl QueueConfig {
         crate::Keys::new(&self.prefix, &self.name)
     }
 
-    /// The Redis client for this queue's URL (and TLS settings).
-    pub(crate) fn client(&self) -> Result<redis::Client> {
-        let info = connection_info(&self.url)?;
-        if self.url.starts_with("rediss://") {
-            return tls_client(&self.url, info, self.tls_root_ca_pem.as_deref());
+    /// The Redis client for the single-node URL `url` (this queue's, or one node of its
+    /// cluster), with this queue's TLS settings.
+    pub(crate) fn node_client(&self, url: &str) -> Result<redis::Client> {
+        let info = connection_info(url)?;
+        if url.starts_with("rediss://") {
+            return tls_client(url, info, self.tls_root_ca_pem.as_deref());
         }
-        redis::Client::open(info).map_err(|e| bad_url(&self.url, e))
+        redis::Client::open(info).map_err(|e| bad_url(url, e))
     }
 }
 
@@ -295,7 +298,7 @@ fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
     if !scheme_ok {
         return Err(Error::config(format!(
             "invalid Redis URL {:?}: expected redis://[user:password@]host[:port][/db] \
-             (or rediss:// for TLS)",
+             (or rediss:// for TLS, redis+cluster://host:port[,host:port...] for a cluster)",
             redacted_url(url)
         )));
     }
@@ -568,7 +571,7 @@ mod tests {
             "{shown}"
         );
         let err = QueueConfig::new("http://u:hunter2@host", "jobs")
-            .client()
+            .validate()
             .unwrap_err();
         assert!(!err.to_string().contains("hunter2"), "{err}");
     }

@@ -4,21 +4,20 @@
 
 use crate::clock::{ms, now_ms};
 use crate::config::QueueConfig;
-use crate::conn::{self, OwnConn};
+use crate::conn::{Conn, Endpoint, OwnConn};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::protocol::entry;
 use crate::protocol::keys::Keys;
 use crate::protocol::scripts::Scripts;
-use redis::aio::ConnectionManager;
 use std::sync::Arc;
 use std::time::Duration;
 
 pub(crate) struct Shared {
     pub(crate) queue: QueueConfig,
     pub(crate) keys: Keys,
-    pub(crate) client: redis::Client,
-    pub(crate) conn: ConnectionManager,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) conn: Conn,
     pub(crate) scripts: Scripts,
     pub(crate) metrics: Metrics,
 }
@@ -33,12 +32,12 @@ impl Shared {
     /// Connects without creating anything in Redis (for read-only tools).
     pub(crate) async fn connect_only(queue: &QueueConfig) -> Result<Arc<Shared>> {
         queue.validate()?;
-        let client = queue.client()?;
-        let conn = conn::manager(queue, &client).await?;
+        let endpoint = Endpoint::of(queue)?;
+        let conn = endpoint.connect(queue).await?;
         let shared = Arc::new(Shared {
             keys: Keys::new(&queue.prefix, &queue.name),
             queue: queue.clone(),
-            client,
+            endpoint,
             conn,
             scripts: Scripts::new(),
             metrics: Metrics::new(&queue.name),
@@ -46,7 +45,7 @@ impl Shared {
         Ok(shared)
     }
 
-    pub(crate) fn conn(&self) -> ConnectionManager {
+    pub(crate) fn conn(&self) -> Conn {
         self.conn.clone()
     }
 
@@ -78,7 +77,9 @@ impl Shared {
 
     /// A connection of its own for a task that sends one command at a time.
     pub(crate) async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
-        conn::own_connection(&self.client, timeout).await
+        self.endpoint
+            .own_connection(&mut self.conn(), &self.keys.stream, timeout)
+            .await
     }
 
     /// Every key matching `pattern` (SCAN: fine for operators' tools, not for a hot path).
@@ -87,15 +88,19 @@ impl Shared {
         let mut cursor: u64 = 0;
         let mut out = Vec::new();
         loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
                 .arg("MATCH")
                 .arg(pattern)
                 .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
+                .arg(1000);
+            // The queue's keys share one hash tag: on a cluster, scan the node of its slot.
+            let v = conn
+                .query_near(cmd, &self.keys.stream)
                 .await
                 .map_err(|e| Error::redis("SCAN", e))?;
+            let (next, keys): (u64, Vec<String>) =
+                redis::from_redis_value(v).map_err(|e| Error::redis("SCAN", e.into()))?;
             out.extend(keys);
             if next == 0 {
                 return Ok(out);

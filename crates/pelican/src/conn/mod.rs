@@ -8,32 +8,69 @@
 //!   pelican's lean connection ([`wire`]) for plain TCP.
 //! - Backoff and retry ([`retry`]).
 
+pub(crate) mod cluster;
 pub(crate) mod retry;
 pub(crate) mod wire;
 
 use crate::config::{redacted_url, QueueConfig};
 use crate::error::{Error, Result};
+use cluster::ClusterUrl;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
-use redis::AsyncConnectionConfig;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, RedisFuture, Value};
 use std::time::Duration;
 use wire::LeanConn;
 
 /// How long opening a connection may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The shared connection of a queue's producer, consumer or admin.
-pub(crate) async fn manager(
-    queue: &QueueConfig,
-    client: &redis::Client,
-) -> Result<ConnectionManager> {
-    let cfg = ConnectionManagerConfig::new()
-        .set_response_timeout(Some(queue.command_timeout))
-        .set_connection_timeout(Some(CONNECT_TIMEOUT))
-        .set_number_of_retries(2)
-        .set_max_delay(Duration::from_secs(2));
-    ConnectionManager::new_with_config(client.clone(), cfg)
-        .await
-        .map_err(|e| {
+/// Where a queue's Redis is: one node (`redis://`, `rediss://`, `unix://`) or a cluster
+/// (`redis+cluster://`, `rediss+cluster://`).
+#[derive(Clone)]
+pub(crate) enum Endpoint {
+    Node(redis::Client),
+    Cluster {
+        client: ClusterClient,
+        url: ClusterUrl,
+        tls_root_ca_pem: Option<Vec<u8>>,
+    },
+}
+
+impl Endpoint {
+    /// The endpoint of `queue`'s URL; a [`crate::ErrorKind::Config`] error for a bad one.
+    pub(crate) fn of(queue: &QueueConfig) -> Result<Endpoint> {
+        match ClusterUrl::parse(&queue.url) {
+            None => Ok(Endpoint::Node(queue.node_client(&queue.url)?)),
+            Some(url) => {
+                let url = url?;
+                let seeds: Vec<String> = url.seeds.iter().map(|s| url.node_url(s)).collect();
+                let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(queue.command_timeout)
+                    .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
+                if url.tls {
+                    builder = cluster_tls(builder, &queue.url, queue.tls_root_ca_pem.as_deref())?;
+                }
+                let client = builder.build().map_err(|e| {
+                    Error::config(format!(
+                        "invalid cluster URL {:?}",
+                        redacted_url(&queue.url)
+                    ))
+                    .with_source(e)
+                })?;
+                Ok(Endpoint::Cluster {
+                    client,
+                    url,
+                    tls_root_ca_pem: queue.tls_root_ca_pem.clone(),
+                })
+            }
+        }
+    }
+
+    /// The shared connection of a queue's producer, consumer or admin.
+    pub(crate) async fn connect(&self, queue: &QueueConfig) -> Result<Conn> {
+        let unreachable = |e| {
             Error::redis(
                 &format!(
                     "cannot connect to Redis at {} (is redis-server running and reachable?)",
@@ -41,7 +78,146 @@ pub(crate) async fn manager(
                 ),
                 e,
             )
-        })
+        };
+        match self {
+            Endpoint::Node(client) => {
+                let cfg = ConnectionManagerConfig::new()
+                    .set_response_timeout(Some(queue.command_timeout))
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_secs(2));
+                ConnectionManager::new_with_config(client.clone(), cfg)
+                    .await
+                    .map(Conn::Node)
+                    .map_err(unreachable)
+            }
+            Endpoint::Cluster { client, .. } => client
+                .get_async_connection()
+                .await
+                .map(|c| Conn::Cluster(Box::new(c)))
+                .map_err(unreachable),
+        }
+    }
+
+    /// A connection of its own for a task that sends one command at a time (a blocking
+    /// reader, the consumer's outcome writer) on `key`, waiting at most `timeout` for a
+    /// reply. On a cluster it goes to the master that owns `key`'s slot now (asked of
+    /// the cluster through `shared`): a task reconnects after a failover or a MOVED and
+    /// so follows the slot.
+    pub(crate) async fn own_connection(
+        &self,
+        shared: &mut Conn,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<OwnConn> {
+        match self {
+            Endpoint::Node(client) => own_connection(client, timeout).await,
+            Endpoint::Cluster {
+                url,
+                tls_root_ca_pem,
+                ..
+            } => {
+                let slots: Value = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(shared)
+                    .await
+                    .map_err(|e| Error::redis("asking the cluster which node owns a slot", e))?;
+                let slot = cluster::slot(key.as_bytes());
+                let node = cluster::master_of(&slots, slot).ok_or_else(|| {
+                    Error::new(
+                        crate::ErrorKind::Redis,
+                        format!("no cluster node serves slot {slot} (of {key}) right now"),
+                    )
+                })?;
+                let mut q = QueueConfig::new(url.node_url(&node), "node");
+                q.tls_root_ca_pem = tls_root_ca_pem.clone();
+                own_connection(&q.node_client(&q.url)?, timeout).await
+            }
+        }
+    }
+}
+
+#[cfg(feature = "tls")]
+fn cluster_tls(
+    builder: redis::cluster::ClusterClientBuilder,
+    _url: &str,
+    ca: Option<&[u8]>,
+) -> Result<redis::cluster::ClusterClientBuilder> {
+    Ok(builder.certs(redis::TlsCertificates {
+        client_tls: None,
+        root_cert: ca.map(<[u8]>::to_vec),
+    }))
+}
+
+#[cfg(not(feature = "tls"))]
+fn cluster_tls(
+    _: redis::cluster::ClusterClientBuilder,
+    url: &str,
+    _: Option<&[u8]>,
+) -> Result<redis::cluster::ClusterClientBuilder> {
+    Err(Error::config(format!(
+        "{:?} asks for TLS, but pelican was built without it: enable the `tls` feature",
+        redacted_url(url)
+    )))
+}
+
+/// The shared connection: multiplexed and auto-pipelined, reconnecting; on a cluster,
+/// routed by key and following MOVED/ASK and failovers.
+#[derive(Clone)]
+pub(crate) enum Conn {
+    Node(ConnectionManager),
+    Cluster(Box<ClusterConnection>),
+}
+
+impl Conn {
+    /// Runs a command that names no key (SCAN) on the node that holds `key`: on a
+    /// cluster, the master of its slot; on one node, that node.
+    pub(crate) async fn query_near(
+        &mut self,
+        cmd: redis::Cmd,
+        key: &str,
+    ) -> redis::RedisResult<Value> {
+        use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+        match self {
+            Conn::Node(c) => cmd.query_async(c).await,
+            Conn::Cluster(c) => {
+                let route = Route::new(cluster::slot(key.as_bytes()), SlotAddr::Master);
+                c.route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route)),
+                )
+                .await
+            }
+        }
+    }
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Node(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Node(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
 }
 
 /// A connection of its own for a task that sends one command at a time (a blocking
@@ -84,7 +260,7 @@ impl OwnConn {
     /// first when Redis does not know it (a restart, a SCRIPT FLUSH).
     pub(crate) async fn eval(
         &mut self,
-        loader: &mut ConnectionManager,
+        loader: &mut Conn,
         script: &redis::Script,
         cmd: &redis::Cmd,
     ) -> redis::RedisResult<redis::Value> {

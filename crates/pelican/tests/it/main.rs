@@ -1,6 +1,7 @@
 //! Integration tests: every test starts its own redis-server (pelican-testkit).
 //!
 //! - `smoke`: a round trip, dedup + crash + dead letter in one go.
+//! - `cluster`: queues over a Redis Cluster.
 //! - `matrix`: the seed system's scenario matrix, one scenario run in many modes.
 //! - `invariants`: one test (or a few) per invariant of DESIGN.md.
 //! - `lease`: invariant 5, leases kept and lost.
@@ -10,6 +11,7 @@
 //! - `refusals`: which Redis errors a caller may retry.
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 
+mod cluster;
 mod common;
 mod faults;
 mod garbage;

@@ -1,0 +1,195 @@
+//! Redis Cluster: `redis+cluster://` URLs, hash slots, and which node owns a slot.
+//!
+//! Scripts and ordinary commands go through the client library's cluster connection,
+//! which routes by key and follows MOVED/ASK and failovers. The tasks with connections
+//! of their own (blocking reads, outcome writes) ask the cluster which master owns their
+//! partition's slot each time they (re)connect: after a failover or a resharding their
+//! next command fails (connection lost, or MOVED), and the reconnect goes to the new owner.
+
+use crate::error::{Error, Result};
+use redis::Value;
+
+/// Number of hash slots of a Redis Cluster.
+pub(crate) const SLOTS: u16 = 16384;
+
+/// The hash slot of `key`, as Redis computes it: CRC16 (XMODEM) of the hash tag (the
+/// part between the first `{` and the next `}`, if not empty) or of the whole key,
+/// modulo 16384.
+pub(crate) fn slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(tagged) % SLOTS
+}
+
+/// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, no reflection.
+fn crc16(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &b in data {
+        crc ^= u16::from(b) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+/// A cluster URL taken apart: `redis+cluster://[user:password@]host:port[,host:port...]`
+/// (`rediss+cluster://` for TLS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ClusterUrl {
+    pub(crate) tls: bool,
+    /// `user:password@` or empty.
+    pub(crate) credentials: String,
+    /// `host:port` of each seed node.
+    pub(crate) seeds: Vec<String>,
+}
+
+impl ClusterUrl {
+    /// `Some` for `redis+cluster://` and `rediss+cluster://` URLs.
+    pub(crate) fn parse(url: &str) -> Option<Result<ClusterUrl>> {
+        let (tls, rest) = if let Some(r) = url.strip_prefix("redis+cluster://") {
+            (false, r)
+        } else if let Some(r) = url.strip_prefix("rediss+cluster://") {
+            (true, r)
+        } else {
+            return None;
+        };
+        Some(Self::parse_rest(tls, rest))
+    }
+
+    fn parse_rest(tls: bool, rest: &str) -> Result<ClusterUrl> {
+        let bad = |why: &str| {
+            Error::config(format!(
+                "invalid cluster URL {:?}: {why}; expected redis+cluster://[user:password@]host:port[,host:port...]",
+                crate::config::redacted_url(&format!("redis+cluster://{rest}"))
+            ))
+        };
+        let rest = rest.trim_end_matches('/');
+        let (credentials, hosts) = match rest.rfind('@') {
+            Some(at) => (format!("{}@", &rest[..at]), &rest[at + 1..]),
+            None => (String::new(), rest),
+        };
+        if hosts.contains('/') || hosts.contains('?') {
+            return Err(bad(
+                "a cluster has no database number or options in its URL",
+            ));
+        }
+        let seeds: Vec<String> = hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(str::to_string)
+            .collect();
+        if seeds.is_empty() {
+            return Err(bad("no seed node"));
+        }
+        for s in &seeds {
+            let ok = s
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok());
+            if !ok {
+                return Err(bad(&format!("{s:?} is not host:port")));
+            }
+        }
+        Ok(ClusterUrl {
+            tls,
+            credentials,
+            seeds,
+        })
+    }
+
+    /// The single-node URL of `node` (`host:port`), with this URL's credentials and TLS.
+    pub(crate) fn node_url(&self, node: &str) -> String {
+        let scheme = if self.tls { "rediss" } else { "redis" };
+        format!("{scheme}://{}{node}", self.credentials)
+    }
+}
+
+/// The `host:port` of the master that owns `slot`, from a `CLUSTER SLOTS` reply.
+pub(crate) fn master_of(slots_reply: &Value, slot: u16) -> Option<String> {
+    let ranges = match slots_reply {
+        Value::Array(a) => a,
+        _ => return None,
+    };
+    for r in ranges {
+        let Value::Array(parts) = r else { continue };
+        let (Some(lo), Some(hi)) = (
+            parts.first().and_then(as_int),
+            parts.get(1).and_then(as_int),
+        ) else {
+            continue;
+        };
+        if (lo..=hi).contains(&i64::from(slot)) {
+            let Some(Value::Array(master)) = parts.get(2) else {
+                return None;
+            };
+            let host = match master.first()? {
+                Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                Value::SimpleString(s) => s.clone(),
+                _ => return None,
+            };
+            let port = as_int(master.get(1)?)?;
+            return Some(format!("{host}:{port}"));
+        }
+    }
+    None
+}
+
+fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Int(i) => Some(*i),
+        Value::BulkString(b) => std::str::from_utf8(b).ok()?.parse().ok(),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_follow_the_hash_tag() {
+        // Values from Redis' cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+        assert_eq!(slot(b"foo{bar}{zap}"), slot(b"bar"));
+    }
+
+    #[test]
+    fn cluster_urls() {
+        let u = ClusterUrl::parse("redis+cluster://u:p@127.0.0.1:7000,127.0.0.1:7001")
+            .unwrap()
+            .unwrap();
+        assert!(!u.tls);
+        assert_eq!(u.seeds, ["127.0.0.1:7000", "127.0.0.1:7001"]);
+        assert_eq!(u.node_url("10.0.0.1:7002"), "redis://u:p@10.0.0.1:7002");
+        let t = ClusterUrl::parse("rediss+cluster://h:1").unwrap().unwrap();
+        assert_eq!(t.node_url("h:1"), "rediss://h:1");
+        assert!(ClusterUrl::parse("redis://h:1").is_none());
+        for bad in [
+            "redis+cluster://",
+            "redis+cluster://h",
+            "redis+cluster://h:x",
+            "redis+cluster://h:1/0",
+        ] {
+            assert!(ClusterUrl::parse(bad).unwrap().is_err(), "{bad}");
+        }
+    }
+}
