@@ -30,11 +30,14 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 pub(crate) enum Endpoint {
     Node(redis::Client),
-    Cluster {
-        client: ClusterClient,
-        url: ClusterUrl,
-        tls_root_ca_pem: Option<Vec<u8>>,
-    },
+    Cluster(Box<ClusterEndpoint>),
+}
+
+#[derive(Clone)]
+pub(crate) struct ClusterEndpoint {
+    client: ClusterClient,
+    url: ClusterUrl,
+    tls_root_ca_pem: Option<Vec<u8>>,
 }
 
 impl Endpoint {
@@ -59,11 +62,11 @@ impl Endpoint {
                     ))
                     .with_source(e)
                 })?;
-                Ok(Endpoint::Cluster {
+                Ok(Endpoint::Cluster(Box::new(ClusterEndpoint {
                     client,
                     url,
                     tls_root_ca_pem: queue.tls_root_ca_pem.clone(),
-                })
+                })))
             }
         }
     }
@@ -91,7 +94,8 @@ impl Endpoint {
                     .map(Conn::Node)
                     .map_err(unreachable)
             }
-            Endpoint::Cluster { client, .. } => client
+            Endpoint::Cluster(c) => c
+                .client
                 .get_async_connection()
                 .await
                 .map(|c| Conn::Cluster(Box::new(c)))
@@ -112,11 +116,8 @@ impl Endpoint {
     ) -> Result<OwnConn> {
         match self {
             Endpoint::Node(client) => own_connection(client, timeout).await,
-            Endpoint::Cluster {
-                url,
-                tls_root_ca_pem,
-                ..
-            } => {
+            Endpoint::Cluster(c) => {
+                let (url, tls_root_ca_pem) = (&c.url, &c.tls_root_ca_pem);
                 let slots: Value = redis::cmd("CLUSTER")
                     .arg("SLOTS")
                     .query_async(shared)
