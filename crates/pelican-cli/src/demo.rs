@@ -14,6 +14,7 @@ use crate::pool::{Event, Pool};
 use crate::redis_local::{self, LocalRedis, Unreachable};
 use crate::summary::Summary;
 use load::{plan, produce, seed, Load};
+use pelican::config::redacted_url;
 use pelican::{Admin, ErrorKind, Producer, ProducerConfig, QueueConfig};
 use say::Say;
 use serde_json::{json, Value};
@@ -76,7 +77,7 @@ pub async fn run(g: &Global, args: &DemoArgs) -> CliResult {
          dedup) to {} worker processes (`pelican worker --handler {handler}`);\n  one worker is \
          killed mid-run, then a poison request crashes every worker that takes it until it \
          is dead-lettered.",
-        redis_local::redacted(&url),
+        redacted_url(&url),
         args.producers,
         args.requests,
         args.workers
@@ -154,19 +155,20 @@ async fn redis_for_demo(
         let local = start("--throwaway-redis".into()).await?;
         return Ok((local.url(), Some(local)));
     }
-    match redis_local::probe(&g.redis).await {
-        Ok(()) => Ok((g.redis.clone(), None)),
-        Err(Unreachable::Down(cause)) if g.redis == DEFAULT_REDIS_URL => {
+    let url = g.redis.as_str();
+    match redis_local::probe(url).await {
+        Ok(()) => Ok((url.to_string(), None)),
+        Err(Unreachable::Down(cause)) if url == DEFAULT_REDIS_URL => {
             if redis_local::find_redis_server().is_none() {
                 return Err(redis_local::how_to_get_redis(
-                    &g.redis,
+                    url,
                     &Unreachable::Down(cause),
                 ));
             }
-            let local = start(format!("No Redis answered at {} ({cause})", g.redis)).await?;
+            let local = start(format!("No Redis answered at {url} ({cause})")).await?;
             Ok((local.url(), Some(local)))
         }
-        Err(why) => Err(redis_local::unreachable_error(&g.redis, &why)),
+        Err(why) => Err(redis_local::unreachable_error(url, &why)),
     }
 }
 
@@ -227,7 +229,7 @@ impl Demo {
         latencies.sort_by(f64::total_cmp);
         Ok(Summary {
             queue: self.queue.name.clone(),
-            redis: redis_local::redacted(&self.url),
+            redis: redacted_url(&self.url),
             throwaway: self.throwaway,
             producers: self.args.producers,
             requests: self.args.requests + 2,
