@@ -188,12 +188,3 @@ impl Env {
         out.json()
     }
 }
-
-/// A loopback port with nothing listening on it.
-pub fn unused_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
