@@ -163,6 +163,11 @@ impl Env {
         }
     }
 
+    /// The queue's Redis keys, as the command names them (it uses the default prefix).
+    pub fn keys(&self) -> pelican::Keys {
+        pelican::QueueConfig::new(self.server.url(), self.queue.clone()).keys()
+    }
+
     /// `pelican --redis URL --queue Q args...`.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = pelican();
