@@ -24,9 +24,8 @@ mod server;
 mod sys;
 mod workers;
 
-use crate::cli::Global;
+use crate::cli::{BenchArgs, Global};
 use crate::exit::{CliError, CliResult};
-use clap::Args;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 pub use load::{BenchRequest, BenchResponse};
 use load::{Load, Phase};
@@ -45,59 +44,15 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on each clean-up step (producer shutdown, deleting the keys).
 const CLEANUP_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// `pelican bench`.
-#[derive(Debug, Clone, Args)]
-pub struct BenchArgs {
-    /// Requests of the throughput phase.
-    #[arg(long, default_value_t = 20_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
-    pub requests: u64,
-    /// Most requests outstanding at once in the throughput phase (lanes of the closed
-    /// loop: each submits, awaits the answer, submits the next).
-    #[arg(long, default_value_t = 1_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    pub inflight: u64,
-    /// Requests of the latency phase, strictly one at a time (0 skips it).
-    #[arg(long, default_value_t = 2_000, value_name = "N")]
-    pub latency_requests: u64,
-    /// Unmeasured warm-up requests before the throughput phase (at most 100 in flight).
-    #[arg(long, default_value_t = 1_000, value_name = "N")]
-    pub warmup: u64,
-    /// Worker processes.
-    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
-    pub workers: u64,
-    /// Requests each worker handles at once.
-    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
-    pub concurrency: u64,
-    /// Deliveries each worker holds at once (default: twice --concurrency, so reading
-    /// the next batch overlaps handling this one).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
-    pub prefetch: Option<u64>,
-    /// Length of the payload's "data" string, in bytes.
-    #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
-    pub payload_bytes: u64,
-    /// Switch dedup off: every submission is its own request (fewer Redis commands).
-    #[arg(long)]
-    pub no_dedup: bool,
-    /// Run as the bench's worker process (started by `pelican bench` itself).
-    #[arg(long, hide = true)]
-    pub serve_worker: bool,
-}
-
-impl BenchArgs {
-    /// Deliveries held at once per worker.
-    pub fn prefetch(&self) -> u64 {
-        self.prefetch.unwrap_or(2 * self.concurrency)
-    }
-}
-
 /// Runs the benchmark (or, with `--serve-worker`, one of its workers).
 pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
     if args.serve_worker {
         return serve::run(g, args).await;
     }
-    server::require_loopback(&g.redis)?;
-    let queue = QueueConfig::new(g.redis.clone(), queue_name());
+    server::require_loopback(g.redis.as_str())?;
+    let queue = QueueConfig::new(g.redis.as_str(), queue_name());
     queue.validate().map_err(|e| g.error(&e))?;
-    crate::redis_local::require(&g.redis).await?;
+    crate::redis_local::require(g.redis.as_str()).await?;
     let mut bench = Bench {
         g,
         args,
@@ -111,7 +66,7 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
             "pelican bench: queue {} on {}, dedup {}; {} warm-up, {} throughput ({} in \
              flight), {} latency requests",
             bench.queue.name,
-            crate::redis_local::redacted(&g.redis),
+            g.redis.redacted(),
             if args.no_dedup { "off" } else { "on" },
             args.warmup,
             args.requests,
@@ -173,13 +128,13 @@ impl Bench<'_> {
     /// Starts the workers and the producer, runs the phases, checks every answer.
     async fn measure(&mut self) -> CliResult<Report> {
         let (g, args) = (self.g, self.args);
-        let mut info = server::connect(&g.redis).await?;
+        let mut info = server::connect(g.redis.as_str()).await?;
         let redis_pid = server::local_pid(&mut info).await;
         let exe = std::env::current_exe()
             .map_err(|e| CliError::failure(format!("cannot find this program's path: {e}")))?;
         let mut worker_args: Vec<String> = vec![
             "--redis".into(),
-            g.redis.clone(),
+            g.redis.as_str().to_string(),
             "--queue".into(),
             self.queue.name.clone(),
         ];
@@ -288,7 +243,7 @@ impl Bench<'_> {
                 0
             }
         };
-        let left = match server::connect(&self.g.redis).await {
+        let left = match server::connect(self.g.redis.as_str()).await {
             Ok(mut conn) => server::keys_containing(&mut conn, &self.queue.name).await,
             Err(e) => Err(e),
         };

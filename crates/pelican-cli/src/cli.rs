@@ -2,6 +2,7 @@
 //!
 //! Scripts rely on these names and flags; add, never rename.
 
+use crate::redis_url::RedisUrl;
 use clap::{Args, Parser, Subcommand};
 use std::net::SocketAddr;
 
@@ -36,7 +37,7 @@ pub struct Cli {
 pub struct Global {
     /// Redis URL: redis://[user:password@]host[:port][/db].
     #[arg(long = "redis", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, global = true, value_name = "URL")]
-    pub redis: String,
+    pub redis: RedisUrl,
     /// Queue name: letters, digits and . _ - : (at most 128).
     #[arg(
         long,
@@ -247,5 +248,62 @@ pub enum DeadCommand {
     Purge,
 }
 
-/// `pelican bench`: its arguments live with the benchmark.
-pub use crate::bench::BenchArgs;
+/// `pelican bench`.
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Requests of the throughput phase.
+    #[arg(long, default_value_t = 20_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub requests: u64,
+    /// Most requests outstanding at once in the throughput phase (lanes of the closed
+    /// loop: each submits, awaits the answer, submits the next).
+    #[arg(long, default_value_t = 1_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub inflight: u64,
+    /// Requests of the latency phase, strictly one at a time (0 skips it).
+    #[arg(long, default_value_t = 2_000, value_name = "N")]
+    pub latency_requests: u64,
+    /// Unmeasured warm-up requests before the throughput phase (at most 100 in flight).
+    #[arg(long, default_value_t = 1_000, value_name = "N")]
+    pub warmup: u64,
+    /// Worker processes.
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub workers: u64,
+    /// Requests each worker handles at once.
+    #[arg(long, default_value_t = 64, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// Deliveries each worker holds at once (default: twice --concurrency, so reading
+    /// the next batch overlaps handling this one).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub prefetch: Option<u64>,
+    /// Length of the payload's "data" string, in bytes.
+    #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
+    pub payload_bytes: u64,
+    /// Switch dedup off: every submission is its own request (fewer Redis commands).
+    #[arg(long)]
+    pub no_dedup: bool,
+    /// Run as the bench's worker process (started by `pelican bench` itself).
+    #[arg(long, hide = true)]
+    pub serve_worker: bool,
+}
+
+impl BenchArgs {
+    /// Deliveries held at once per worker.
+    pub fn prefetch(&self) -> u64 {
+        self.prefetch.unwrap_or(2 * self.concurrency)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_hides_the_redis_password() {
+        let cli =
+            Cli::try_parse_from(["pelican", "--redis", "redis://app:hunter2@db:6379", "stats"])
+                .expect("valid arguments");
+        assert_eq!(cli.global.redis.as_str(), "redis://app:hunter2@db:6379");
+        let shown = format!("{cli:?}");
+        assert!(!shown.contains("hunter2"), "{shown}");
+        assert!(shown.contains("redis://app:***@db:6379"), "{shown}");
+    }
+}

@@ -10,7 +10,7 @@ impl Global {
     /// The queue's configuration, checked (bad URL or name: exit 2) before anything
     /// connects.
     pub fn queue_config(&self) -> CliResult<QueueConfig> {
-        let mut q = QueueConfig::new(self.redis.clone(), self.queue.clone());
+        let mut q = QueueConfig::new(self.redis.as_str(), self.queue.clone());
         let set = &self.settings;
         if let Some(ms) = set.result_ttl {
             q = q.with_result_ttl(Duration::from_millis(ms));
@@ -38,7 +38,7 @@ impl Global {
                 "{} (check --redis / REDIS_URL and --queue / PELICAN_QUEUE)",
                 e.message()
             )),
-            _ => CliError::from_pelican(&e, &self.redis, &self.queue),
+            _ => CliError::from_pelican(&e, self.redis.as_str(), &self.queue),
         })?;
         Ok(q)
     }
@@ -61,6 +61,6 @@ impl Global {
 
     /// Maps a library error, with advice for this queue.
     pub fn error(&self, err: &pelican::Error) -> CliError {
-        CliError::from_pelican(err, &self.redis, &self.queue)
+        CliError::from_pelican(err, self.redis.as_str(), &self.queue)
     }
 }

@@ -94,7 +94,7 @@ impl CliError {
             ErrorKind::Redis => CliError::failure(format!(
                 "redis error: {msg}. Check that the server at {} is Redis 6.2 or newer and reachable \
                  (`redis-cli -u URL ping`)",
-                crate::redis_local::redacted(url)
+                pelican::config::redacted_url(url)
             )),
             _ => CliError::failure(format!("{err:#}")),
         }

@@ -5,7 +5,8 @@
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
 //! `dead`, `inspect`, `bench`), and their helpers: `handlers` (the worker's built-in handlers),
 //! `pool` (the demo's worker processes), `summary` (the demo's table), `redis_local`
-//! (reachability, throwaway redis-server), `metrics_http`, `process`, `context`, `fmt`.
+//! (reachability, throwaway redis-server), `redis_url` (a URL whose Debug hides the
+//! password), `metrics_http`, `process`, `context`, `fmt`.
 
 mod bench;
 mod call;
@@ -21,6 +22,7 @@ mod metrics_http;
 mod pool;
 mod process;
 mod redis_local;
+mod redis_url;
 mod stats;
 mod summary;
 mod worker;

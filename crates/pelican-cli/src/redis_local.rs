@@ -2,6 +2,7 @@
 //! clear message. And for the demo: a throwaway `redis-server` on a free loopback port.
 
 use crate::exit::{CliError, CliResult};
+use pelican::config::redacted_url;
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 use std::fs;
 use std::io;
@@ -22,20 +23,6 @@ pub enum Unreachable {
     Down(String),
     /// Something answered but refused us (authentication, protocol).
     Refused(String),
-}
-
-/// The URL without its password, for messages.
-pub fn redacted(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
-    }
 }
 
 /// Connects to `url` and sends PING. The URL must have been validated.
@@ -81,7 +68,7 @@ fn port_of(url: &str) -> Option<u16> {
 
 /// The error for a Redis that did not answer, with what to do about it.
 pub fn unreachable_error(url: &str, why: &Unreachable) -> CliError {
-    let shown = redacted(url);
+    let shown = redacted_url(url);
     match why {
         Unreachable::Down(cause) => {
             let start = match port_of(url) {
@@ -130,7 +117,7 @@ pub fn how_to_get_redis(url: &str, why: &Unreachable) -> CliError {
          cannot start a throwaway one. Install Redis 6.2 or newer (Debian/Ubuntu: \
          `sudo apt-get install redis-server`; macOS: `brew install redis`) or run one with \
          `docker run -p 6379:6379 redis:7`, then run `pelican demo` again (or pass --redis URL)",
-        redacted(url)
+        redacted_url(url)
     ))
 }
 
@@ -229,6 +216,11 @@ impl Drop for LocalRedis {
 
 /// A port that is free on 127.0.0.1 now, below the kernel's ephemeral range (so an
 /// outgoing connection does not take it before the server binds it).
+///
+/// The command's only port picker, and deliberately not shared with the tests':
+/// `pelican-testkit` (whose `free_port` every test uses) is a test-only crate the binary
+/// cannot depend on, and a port picker is no business of the library's public API. This
+/// one runs once per demo and retries with another port if the server cannot bind.
 fn free_port() -> io::Result<u16> {
     let (lo, hi) = (20_000u16, 32_000u16);
     let seed = std::process::id() as u64 ^ now_nanos();
@@ -259,12 +251,6 @@ fn now_nanos() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_hidden() {
-        assert_eq!(redacted("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
-        assert_eq!(redacted("redis://h:1"), "redis://h:1");
-    }
 
     #[test]
     fn advice_names_the_port() {

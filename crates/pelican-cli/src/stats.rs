@@ -19,7 +19,7 @@ pub async fn run(g: &Global) -> CliResult {
             .map_err(|e| CliError::failure(format!("cannot encode the stats: {e}")))?;
         println!("{text}");
     } else {
-        print!("{}", render(&st, &crate::redis_local::redacted(&g.redis)));
+        print!("{}", render(&st, &g.redis.redacted()));
     }
     Ok(())
 }

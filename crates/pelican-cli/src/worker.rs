@@ -70,7 +70,7 @@ pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
         "pelican worker: serving queue {:?} on {} as consumer {} (handler {handler}, \
          concurrency {}, claim idle {} ms, max deliveries {}){}; stop with Ctrl-C",
         g.queue,
-        crate::redis_local::redacted(&g.redis),
+        g.redis.redacted(),
         out.consumer,
         args.concurrency,
         args.claim_idle,

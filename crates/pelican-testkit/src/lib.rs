@@ -90,6 +90,18 @@ pub fn eventually_sync(timeout: Duration, what: &str, mut cond: impl FnMut() -> 
     }
 }
 
+/// A TCP port that is free on 127.0.0.1, for a listener a test sets up itself (a
+/// server's `--tls-port`, a fixed [`RedisServerBuilder::port`], or an address where
+/// nothing must answer).
+///
+/// The one port picker of the tests; [`RedisServer`] uses it too. The port is outside
+/// the kernel's ephemeral range (so no outgoing connection takes it before the test
+/// binds it), `port + 10000` is free as well (a cluster node's bus), and it is never
+/// handed out again by this process, so concurrent tests cannot get the same one.
+pub fn free_port() -> u16 {
+    sys::pick_server_port()
+}
+
 /// Returns a unique name for a test (queue, stream, key prefix...):
 /// `"t-<prefix>-<pid>-<counter>"`.
 ///

@@ -54,7 +54,8 @@ fn ephemeral_range() -> Option<(u16, u16)> {
 
 /// Picks a random port in 20000..=55000 (preferring ports outside the ephemeral
 /// range) on which both `port` and `port + 10000` (the cluster bus) can be bound
-/// on 127.0.0.1, and reserves it until [`release_server_port`].
+/// on 127.0.0.1, and reserves it until [`release_server_port`] (for good when that is
+/// never called: a port handed out by `free_port`).
 pub(crate) fn pick_server_port() -> u16 {
     let (lo, hi) = match ephemeral_range() {
         // Typical Linux: ephemeral 32768..=60999 -> servers get 20000..=32767.

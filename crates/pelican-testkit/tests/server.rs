@@ -1,10 +1,11 @@
-//! Tests for `RedisServer`: start-up, kill/restart with an append-only file, cleanup.
+//! Tests for `RedisServer`: start-up, kill/restart with an append-only file, cleanup;
+//! and `free_port`, which shares its ports with the servers.
 
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use pelican_testkit::RedisServer;
+use pelican_testkit::{free_port, RedisServer};
 
 fn process_exists(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
@@ -90,16 +91,13 @@ fn restart_without_appendonly_loses_data_but_keeps_port() {
 
 #[test]
 fn builder_extra_args_and_fixed_port() {
-    let free_port = {
-        let s = RedisServer::start();
-        s.port()
-    };
+    let port = free_port();
     let server = RedisServer::builder()
         .arg("--maxmemory")
         .arg("10mb")
-        .port(free_port)
+        .port(port)
         .start();
-    assert_eq!(server.port(), free_port);
+    assert_eq!(server.port(), port);
     assert_eq!(
         server.cli(&["CONFIG", "GET", "maxmemory"]),
         "maxmemory\n10485760"
@@ -135,5 +133,24 @@ fn parallel_servers_get_distinct_ports() {
     assert_eq!(ports.len(), 4);
     for s in &servers {
         assert_eq!(s.cli(&["PING"]), "PONG");
+    }
+}
+
+#[test]
+fn free_ports_are_bindable_and_never_handed_out_twice() {
+    let ports: Vec<u16> = (0..20).map(|_| free_port()).collect();
+    let distinct: std::collections::HashSet<u16> = ports.iter().copied().collect();
+    assert_eq!(distinct.len(), ports.len(), "{ports:?}");
+    for &p in &ports {
+        std::net::TcpListener::bind(("127.0.0.1", p))
+            .unwrap_or_else(|e| panic!("port {p} from free_port is not bindable: {e}"));
+    }
+    let servers: Vec<RedisServer> = (0..4).map(|_| RedisServer::start()).collect();
+    for s in &servers {
+        assert!(
+            !distinct.contains(&s.port()),
+            "a server got free_port's {}",
+            s.port()
+        );
     }
 }

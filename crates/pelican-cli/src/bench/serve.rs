@@ -3,8 +3,8 @@
 //! down gracefully. It prints one line on stdout, [`READY_LINE`], once it is connected.
 
 use super::workers::READY_LINE;
-use super::{BenchArgs, BenchRequest, BenchResponse};
-use crate::cli::Global;
+use super::{BenchRequest, BenchResponse};
+use crate::cli::{BenchArgs, Global};
 use crate::exit::{CliError, CliResult};
 use pelican::{Consumer, ConsumerConfig, Job};
 use std::io::Write;

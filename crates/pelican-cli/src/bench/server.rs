@@ -4,6 +4,7 @@
 //! this machine.
 
 use crate::exit::{CliError, CliResult};
+use pelican::config::redacted_url;
 use redis::aio::MultiplexedConnection;
 use redis::ConnectionAddr;
 use std::collections::BTreeMap;
@@ -11,12 +12,8 @@ use std::net::IpAddr;
 
 /// Fails unless `url` names a server on this machine (loopback address or Unix socket).
 pub fn require_loopback(url: &str) -> CliResult {
-    let client = redis::Client::open(url).map_err(|e| {
-        CliError::usage(format!(
-            "invalid Redis URL {}: {e}",
-            crate::redis_local::redacted(url)
-        ))
-    })?;
+    let client = redis::Client::open(url)
+        .map_err(|e| CliError::usage(format!("invalid Redis URL {}: {e}", redacted_url(url))))?;
     let host = match client.get_connection_info().addr() {
         ConnectionAddr::Tcp(host, _) => host.clone(),
         ConnectionAddr::TcpTls { host, .. } => host.clone(),
@@ -30,7 +27,7 @@ pub fn require_loopback(url: &str) -> CliResult {
         "refusing to benchmark the Redis at {}: `pelican bench` loads the server hard and \
          measures this machine's processes, so it only runs against a loopback address \
          (127.0.0.1, ::1, localhost) or a Unix socket",
-        crate::redis_local::redacted(url)
+        redacted_url(url)
     )))
 }
 

@@ -2,7 +2,7 @@
 //! and its refusals.
 
 use crate::support::*;
-use pelican_testkit::RedisServer;
+use pelican_testkit::{free_port, RedisServer};
 
 /// Processes whose command line mentions `needle` (the bench's workers carry the queue).
 fn processes_mentioning(needle: &str) -> Vec<String> {
@@ -143,7 +143,7 @@ fn bench_refuses_remote_and_missing_servers() {
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("loopback"), "{out:?}");
 
-    let url = format!("redis://127.0.0.1:{}", unused_port());
+    let url = format!("redis://127.0.0.1:{}", free_port());
     let out = run({
         let mut cmd = pelican();
         cmd.args(["--redis", &url, "bench", "--json"]);

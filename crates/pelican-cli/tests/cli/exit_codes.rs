@@ -1,6 +1,7 @@
 //! Exit codes and messages that say what to do.
 
 use crate::support::*;
+use pelican_testkit::free_port;
 
 #[test]
 fn bad_url_exits_2_with_a_clear_message() {
@@ -59,7 +60,7 @@ fn bad_queue_name_exits_2_with_a_clear_message() {
 
 #[test]
 fn unreachable_redis_exits_1_and_says_how_to_start_one() {
-    let port = unused_port();
+    let port = free_port();
     let url = format!("redis://127.0.0.1:{port}");
     for sub in [
         &["stats"][..],
@@ -111,7 +112,7 @@ fn usage_errors_exit_2() {
         let out = run({
             let mut c = pelican();
             // nothing listens here: none of these may get as far as connecting
-            c.args(["--redis", &format!("redis://127.0.0.1:{}", unused_port())])
+            c.args(["--redis", &format!("redis://127.0.0.1:{}", free_port())])
                 .args(*args);
             c
         });

@@ -113,7 +113,7 @@ fn graceful_shutdown_finishes_work_in_hand() {
 #[test]
 fn queue_settings_flags_reach_redis() {
     let env = Env::new("settings");
-    let key = format!("pelican:{{{}}}:req:settings-1", env.queue);
+    let key = env.keys().req("settings-1");
     let worker = env.spawn(&["worker", "--result-ttl", "60000"]);
     let out = env.run(&["call", "--result-ttl", "60000", "--id", "settings-1", "[1]"]);
     assert_eq!(out.code, 0, "{out:?}");

@@ -163,6 +163,11 @@ impl Env {
         }
     }
 
+    /// The queue's Redis keys, as the command names them (it uses the default prefix).
+    pub fn keys(&self) -> pelican::Keys {
+        pelican::QueueConfig::new(self.server.url(), self.queue.clone()).keys()
+    }
+
     /// `pelican --redis URL --queue Q args...`.
     pub fn cmd(&self, args: &[&str]) -> Command {
         let mut cmd = pelican();
@@ -187,13 +192,4 @@ impl Env {
         assert_eq!(out.code, 0, "{out:?}");
         out.json()
     }
-}
-
-/// A loopback port with nothing listening on it.
-pub fn unused_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }

@@ -11,7 +11,7 @@
 
 use crate::common::*;
 use pelican::{Admin, QueueConfig};
-use pelican_testkit::{unique_name, RedisServer};
+use pelican_testkit::{free_port, unique_name, RedisServer};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -317,14 +317,6 @@ impl Drop for TestCa {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 fn path_str(p: &Path) -> String {

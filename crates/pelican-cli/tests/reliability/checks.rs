@@ -3,7 +3,7 @@
 
 #![allow(dead_code)]
 
-use crate::common::PREFIX;
+use crate::common::keys;
 use crate::spy::raw_conn;
 use redis::aio::MultiplexedConnection;
 use redis::Value;
@@ -38,14 +38,14 @@ pub struct Leftovers {
 /// janitor's lock and, if `dead_allowed`, the dead-letter stream) remain of `queue`.
 pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers {
     let mut c = raw_conn(url).await.expect("raw connection");
-    let base = format!("{PREFIX}:{{{queue}}}");
+    let names = keys(queue);
     let mut keys = Vec::new();
     let mut cursor = 0u64;
     loop {
         let (next, batch): (u64, Vec<String>) = redis::cmd("SCAN")
             .arg(cursor)
             .arg("MATCH")
-            .arg(format!("{base}:*"))
+            .arg(names.pattern())
             .arg("COUNT")
             .arg(1000)
             .query_async(&mut c)
@@ -58,7 +58,7 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
         cursor = next;
     }
     let mut out = Leftovers::default();
-    let req = format!("{base}:req:");
+    let req = names.req("");
     for chunk in keys.chunks(500) {
         let mut pipe = redis::pipe();
         for k in chunk {
@@ -90,11 +90,11 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
                     firsts.cmd("GETRANGE").arg(k).arg(0).arg(0);
                     strings.push(k.clone());
                 }
-            } else if *k == format!("{base}:stream") {
+            } else if k == names.stream() {
                 let len: u64 = redis::cmd("XLEN").arg(k).query_async(&mut c).await.unwrap();
                 let pend: Value = redis::cmd("XPENDING")
                     .arg(k)
-                    .arg("pelican")
+                    .arg(names.group())
                     .query_async(&mut c)
                     .await
                     .unwrap();
@@ -112,19 +112,19 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
                 let cs: Value = redis::cmd("XINFO")
                     .arg("CONSUMERS")
                     .arg(k)
-                    .arg("pelican")
+                    .arg(names.group())
                     .query_async(&mut c)
                     .await
                     .unwrap();
                 if let Value::Array(a) = cs {
                     out.consumers = a.len() as u64;
                 }
-            } else if *k == format!("{base}:dead") {
+            } else if k == names.dead() {
                 out.dead = redis::cmd("XLEN").arg(k).query_async(&mut c).await.unwrap();
                 if !dead_allowed {
                     out.bad.push(format!("{k}: {} dead letters", out.dead));
                 }
-            } else if *k == format!("{base}:janitor") {
+            } else if k == names.janitor_lock() {
                 if ttl <= 0 {
                     out.bad.push(format!("{k}: janitor lock without a ttl"));
                 }

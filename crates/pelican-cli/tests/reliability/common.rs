@@ -25,6 +25,12 @@ pub const SUMMARY_FILE: &str = concat!(env!("CARGO_TARGET_TMPDIR"), "/reliabilit
 /// The key prefix (the CLI's default).
 pub const PREFIX: &str = "pelican";
 
+/// The Redis keys of queue `queue` (under [`PREFIX`]), for the checks that look at Redis
+/// directly.
+pub fn keys(queue: &str) -> pelican::Keys {
+    pelican::Keys::new(PREFIX, queue)
+}
+
 /// Slack on top of a request's timeout before a caller counts as hung: one sweep
 /// interval of the producer plus scheduling noise on a loaded two-core machine.
 pub const HANG_SLACK: Duration = Duration::from_secs(15);

@@ -279,7 +279,7 @@ async fn hostile_writes_never_stop_the_consumers() {
     let server = server();
     let url = server.url();
     let queue = unique_name("hostile");
-    let base = format!("{PREFIX}:{{{queue}}}");
+    let names = keys(&queue);
     let spec = WorkerSpec::new(&url, &queue)
         .handler("sleep:5")
         .concurrency(CONCURRENCY);
@@ -312,14 +312,14 @@ async fn hostile_writes_never_stop_the_consumers() {
             let k = &kinds[i % kinds.len()];
             if k.wrong_type_key {
                 pipe.cmd("HSET")
-                    .arg(format!("{base}:req:{}", rid(i)))
+                    .arg(names.req(&rid(i)))
                     .arg("foreign")
                     .arg("hash")
                     .ignore();
                 wrong_type_keys += 1;
             }
             let mut cmd = redis::cmd("XADD");
-            cmd.arg(format!("{base}:stream")).arg("*");
+            cmd.arg(names.stream()).arg("*");
             for (name, value) in (k.fields)(&ctx, i) {
                 cmd.arg(name).arg(value);
             }
@@ -332,7 +332,7 @@ async fn hostile_writes_never_stop_the_consumers() {
     for i in 0..ENORMOUS {
         let body = vec![b'x'; pelican::config::DEFAULT_MAX_BODY_BYTES + 1];
         let () = redis::cmd("XADD")
-            .arg(format!("{base}:stream"))
+            .arg(names.stream())
             .arg("*")
             .arg("rid")
             .arg(rid(entries + i))
@@ -350,7 +350,7 @@ async fn hostile_writes_never_stop_the_consumers() {
             .1 += 1;
         writes += 1;
     }
-    let reply_key = format!("{base}:reply:{}", p.id());
+    let reply_key = names.reply(p.id());
     let mut pipe = redis::pipe();
     for i in 0..FORGED_REPLIES {
         let mut cmd = redis::cmd("XADD");
@@ -376,18 +376,17 @@ async fn hostile_writes_never_stop_the_consumers() {
     let report = load.await.expect("load task");
     eprintln!("hostile: {}", report.one_line());
     // Every bad entry ends in the dead-letter stream, the stream drains.
-    let dead_key = format!("{base}:dead");
-    let stream_key = format!("{base}:stream");
+    let (dead_key, stream_key) = (names.dead(), names.stream());
     let drained_by = Instant::now() + Duration::from_secs(20);
     let mut c = raw_conn(&url).await.unwrap();
     loop {
         let dead: u64 = redis::cmd("XLEN")
-            .arg(&dead_key)
+            .arg(dead_key)
             .query_async(&mut c)
             .await
             .unwrap();
         let len: u64 = redis::cmd("XLEN")
-            .arg(&stream_key)
+            .arg(stream_key)
             .query_async(&mut c)
             .await
             .unwrap();
@@ -400,7 +399,7 @@ async fn hostile_writes_never_stop_the_consumers() {
         }
         if Instant::now() > drained_by + Duration::from_secs(1000) {
             let pending: redis::Value = redis::cmd("XPENDING")
-                .arg(&stream_key)
+                .arg(stream_key)
                 .arg("pelican")
                 .query_async(&mut c)
                 .await
@@ -444,7 +443,7 @@ async fn hostile_writes_never_stop_the_consumers() {
     assert_eq!(after, json!({"i": 0, "run": "after"}));
 
     // Dead letters by kind: the marker is the request id, or the reason alone.
-    let reasons = dead_reasons(&url, &dead_key).await;
+    let reasons = dead_reasons(&url, dead_key).await;
     let alive = fleet.all_alive() && fleet.pids() == pids;
     let panics = fleet.panics();
     let runs = fleet.log.lock().unwrap().runs;
@@ -586,9 +585,8 @@ async fn max_body_size_is_enforced_on_both_sides() {
     );
     // A raw entry over the limit is dead-lettered, saying so.
     let mut raw = raw_conn(&url).await.unwrap();
-    let base = format!("{PREFIX}:{{{}}}", q.name);
     let _: String = redis::cmd("XADD")
-        .arg(format!("{base}:stream"))
+        .arg(q.keys().stream())
         .arg("*")
         .arg("rid")
         .arg("too-big")

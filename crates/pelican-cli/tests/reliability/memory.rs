@@ -44,7 +44,8 @@ impl Sample {
 
 async fn sample(url: &str, queue: &str, requests: u64, fleet: &Fleet) -> Sample {
     let mut c = raw_conn(url).await.expect("raw connection");
-    let stream = format!("{PREFIX}:{{{queue}}}:stream");
+    let names = keys(queue);
+    let stream = names.stream();
     let used_memory = info_number(&mut c, "memory", "used_memory").await;
     // One queue per server: every key but the stream, the janitor lock and the dead
     // letters is a cached outcome (the producer's reply stream is one more).
@@ -52,8 +53,8 @@ async fn sample(url: &str, queue: &str, requests: u64, fleet: &Fleet) -> Sample 
     let stream_bytes = stream_bytes(&mut c, queue).await;
     let consumers: redis::Value = redis::cmd("XINFO")
         .arg("CONSUMERS")
-        .arg(&stream)
-        .arg("pelican")
+        .arg(stream)
+        .arg(names.group())
         .query_async(&mut c)
         .await
         .unwrap();
@@ -79,7 +80,7 @@ const TRIMMED_STREAM_BYTES: u64 = 4096;
 async fn stream_bytes(c: &mut redis::aio::MultiplexedConnection, queue: &str) -> u64 {
     let v: Option<u64> = redis::cmd("MEMORY")
         .arg("USAGE")
-        .arg(format!("{PREFIX}:{{{queue}}}:stream"))
+        .arg(keys(queue).stream())
         .arg("SAMPLES")
         .arg(0)
         .query_async(c)

@@ -29,14 +29,10 @@ fn in_a_minute() -> String {
     (now.as_millis() + 60_000).to_string()
 }
 
-fn key(q: &QueueConfig, suffix: &str) -> String {
-    format!("{}:{{{}}}:{suffix}", q.prefix, q.name)
-}
-
 async fn xadd(url: &str, q: &QueueConfig, fields: &[(&str, &[u8])]) -> String {
     let mut c = raw_conn(url).await.unwrap();
     let mut cmd = redis::cmd("XADD");
-    cmd.arg(key(q, "stream")).arg("*");
+    cmd.arg(q.keys().stream()).arg("*");
     for (k, v) in fields {
         cmd.arg(*k).arg(*v);
     }
@@ -229,7 +225,7 @@ async fn a_last_delivery_is_not_taken_with_work_in_hand() {
     // The innocent request comes due (claim_idle after A's last lease renewal) and stays
     // due through three of X's reclaim scans (every claim_idle / 2): X, with the poison
     // request in hand, must leave it where it is.
-    let (url, stream) = (server.url(), format!("pelican:{{{}}}:stream", q.name));
+    let (url, stream) = (server.url(), q.keys().stream().to_string());
     eventually(
         Duration::from_secs(10),
         "the innocent request due for three reclaim scans",
@@ -282,7 +278,7 @@ async fn a_foreign_key_of_the_wrong_type_breaks_no_batch() {
     let mut raw = raw_conn(&url).await.unwrap();
     for rid in ["foreign-ok", "foreign-bad", "mine"] {
         let () = redis::cmd("HSET")
-            .arg(key(&q, &format!("req:{rid}")))
+            .arg(q.keys().req(rid))
             .arg("foreign")
             .arg("hash")
             .query_async(&mut raw)
@@ -334,7 +330,7 @@ async fn a_foreign_key_of_the_wrong_type_breaks_no_batch() {
     eventually(Duration::from_secs(10), "the stream drained", || async {
         let mut c = raw_conn(&url).await.unwrap();
         let n: u64 = redis::cmd("XLEN")
-            .arg(key(&q, "stream"))
+            .arg(q.keys().stream())
             .query_async(&mut c)
             .await
             .unwrap();

@@ -2,7 +2,7 @@
 
 #![allow(dead_code)]
 
-use crate::common::PREFIX;
+use crate::common::keys;
 use crate::fleet::rid_key;
 use pelican_testkit::info_int;
 use redis::aio::MultiplexedConnection;
@@ -69,7 +69,7 @@ impl SpyReport {
 
 impl ReplySpy {
     pub async fn start(url: &str, queue: &str, producer_id: &str) -> ReplySpy {
-        let key = format!("{PREFIX}:{{{queue}}}:reply:{producer_id}");
+        let key = keys(queue).reply(producer_id);
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (key, url, stop) = (key.clone(), url.to_string(), stop.clone());

@@ -27,10 +27,12 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Where a queue's Redis is: one node (`redis://`, `rediss://`, `unix://`) or a cluster
 /// (`redis+cluster://`, `rediss+cluster://`).
+/// Made once per producer, consumer or admin: the size of its variants does not matter.
 #[derive(Clone)]
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Endpoint {
     Node(redis::Client),
-    Cluster(Box<ClusterEndpoint>),
+    Cluster(ClusterEndpoint),
 }
 
 #[derive(Clone)]
@@ -62,11 +64,11 @@ impl Endpoint {
                     ))
                     .with_source(e)
                 })?;
-                Ok(Endpoint::Cluster(Box::new(ClusterEndpoint {
+                Ok(Endpoint::Cluster(ClusterEndpoint {
                     client,
                     url,
                     tls_root_ca_pem: queue.tls_root_ca_pem.clone(),
-                })))
+                }))
             }
         }
     }

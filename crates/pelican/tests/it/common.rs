@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
-use pelican::{Consumer, ConsumerConfig, HandlerError, Job, ProducerConfig, QueueConfig, Stopper};
+use pelican::{
+    Consumer, ConsumerConfig, HandlerError, Job, Keys, ProducerConfig, QueueConfig, Stopper,
+};
 use pelican_testkit::{info_int, info_str, unique_name, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::Value;
@@ -61,8 +63,10 @@ pub fn fast_producer() -> ProducerConfig {
 /// Keys of a queue still present (SCAN over the queue's hash tag).
 pub fn keys_of(server: &RedisServer, q: &QueueConfig) -> Vec<String> {
     let mut c = server.sync_connection();
-    let pattern = format!("{}:{{{}}}:*", q.prefix, q.name);
-    let mut keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query(&mut c).unwrap();
+    let mut keys: Vec<String> = redis::cmd("KEYS")
+        .arg(q.keys().pattern())
+        .query(&mut c)
+        .unwrap();
     keys.sort();
     keys
 }
@@ -72,7 +76,7 @@ pub fn keys_of(server: &RedisServer, q: &QueueConfig) -> Vec<String> {
 #[derive(Clone)]
 pub struct Probe {
     conn: MultiplexedConnection,
-    base: String,
+    names: Keys,
 }
 
 /// The consumer group every queue uses.
@@ -87,7 +91,7 @@ impl Probe {
             .expect("raw connection");
         Probe {
             conn,
-            base: format!("{}:{{{}}}", q.prefix, q.name),
+            names: q.keys(),
         }
     }
 
@@ -96,19 +100,19 @@ impl Probe {
     }
 
     pub fn stream(&self) -> String {
-        format!("{}:stream", self.base)
+        self.names.stream().to_string()
     }
 
     pub fn dead(&self) -> String {
-        format!("{}:dead", self.base)
+        self.names.dead().to_string()
     }
 
     pub fn req(&self, rid: &str) -> String {
-        format!("{}:req:{rid}", self.base)
+        self.names.req(rid)
     }
 
     pub fn reply(&self, producer: &str) -> String {
-        format!("{}:reply:{producer}", self.base)
+        self.names.reply(producer)
     }
 
     pub async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> T {
@@ -181,7 +185,7 @@ impl Probe {
     /// Every key of the queue, sorted.
     pub async fn keys(&self) -> Vec<String> {
         let mut keys: Vec<String> = self
-            .query(redis::cmd("KEYS").arg(format!("{}:*", self.base)))
+            .query(redis::cmd("KEYS").arg(self.names.pattern()))
             .await;
         keys.sort();
         keys
@@ -191,7 +195,7 @@ impl Probe {
     pub async fn pending_index_keys(&self) -> Vec<String> {
         let mut out = Vec::new();
         for k in self.keys().await {
-            if !k.starts_with(&format!("{}:req:", self.base)) {
+            if !k.starts_with(&self.names.req("")) {
                 continue;
             }
             if let Some(v) = self.get(&k).await {
@@ -208,9 +212,13 @@ impl Probe {
     /// nor one of the `live_producers`' reply streams.
     pub async fn leftovers(&self, live_producers: &[&str]) -> Vec<String> {
         let mut out = Vec::new();
-        let req = format!("{}:req:", self.base);
+        let req = self.names.req("");
         for k in self.keys().await {
-            let fixed = [self.stream(), self.dead(), format!("{}:janitor", self.base)];
+            let fixed = [
+                self.stream(),
+                self.dead(),
+                self.names.janitor_lock().to_string(),
+            ];
             if fixed.contains(&k) || live_producers.iter().any(|p| k == self.reply(p)) {
                 continue;
             }

@@ -1,6 +1,8 @@
 //! A quick throughput probe: `throughput worker URL QUEUE` in one process,
 //! `throughput producer URL QUEUE N INFLIGHT [nodedup]` in another.
 //! (`pelican bench` is the real benchmark; this is for profiling the library alone.)
+//! A development probe that lives with the benchmark; build it with
+//! `cargo build --release -p pelican-cli --example throughput` (BENCHMARKS.md).
 
 use pelican::{Consumer, ConsumerConfig, Producer, ProducerConfig, QueueConfig};
 use serde::{Deserialize, Serialize};

@@ -12,14 +12,19 @@
 //! group are the library's (prefix `pelican`), and the worker answers as the benchmark's
 //! does, so either side can be paired with the library's side from the `throughput`
 //! example to see which side adds what.
+//!
+//! A development probe, not a user example (those are in `crates/pelican/examples`); it
+//! lives with the benchmark. It sends the library's own Lua files, read from
+//! `crates/pelican/lua` at build time, and names keys through `pelican::Keys`.
+//! Build: `cargo build --release -p pelican-cli --example floor` (BENCHMARKS.md).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-const LIB: &str = include_str!("../lua/lib.lua");
-const SUBMIT: &str = include_str!("../lua/submit.lua");
-const COMPLETE: &str = include_str!("../lua/complete.lua");
+const LIB: &str = include_str!("../../pelican/lua/lib.lua");
+const SUBMIT: &str = include_str!("../../pelican/lua/submit.lua");
+const COMPLETE: &str = include_str!("../../pelican/lua/complete.lua");
 
 /// A RESP value, as much of it as this probe needs.
 #[derive(Debug)]
@@ -115,16 +120,19 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let port: u16 = args[2].parse().unwrap();
     let q = &args[3];
-    let stream = format!("pelican:{{{q}}}:stream");
-    let reqp = format!("pelican:{{{q}}}:req:");
-    let replyp = format!("pelican:{{{q}}}:reply:");
+    let keys = pelican::Keys::new("pelican", q);
+    let stream = keys.stream();
+    // The scripts take the prefixes and append the request or producer id themselves.
+    let reqp = keys.req("");
+    let replyp = keys.reply("");
+    let group = keys.group().as_bytes();
     let mut a = Conn::open(port);
     let mut b = Conn::open(port);
     let _ = a.call(&[
         b"XGROUP",
         b"CREATE",
         stream.as_bytes(),
-        b"pelican",
+        group,
         b"0",
         b"MKSTREAM",
     ]);
@@ -135,7 +143,7 @@ fn main() {
                 c.send(&[
                     b"XREADGROUP",
                     b"GROUP",
-                    b"pelican",
+                    group,
                     b"w",
                     b"COUNT",
                     b"1",
@@ -180,7 +188,7 @@ fn main() {
                     stream.as_bytes(),
                     reqp.as_bytes(),
                     replyp.as_bytes(),
-                    b"pelican",
+                    group,
                     b"300000",
                     b"1000",
                     now.as_bytes(),
@@ -236,7 +244,7 @@ fn main() {
                         now_s.as_bytes(),
                         me.as_bytes(),
                         b"300000",
-                        b"pelican",
+                        group,
                         b"300000",
                         b"1000",
                         rid.as_bytes(),
