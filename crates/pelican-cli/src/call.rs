@@ -18,24 +18,22 @@ pub async fn run(g: &Global, args: &CallArgs) -> CliResult {
     let producer = Producer::<Value, Value>::connect(queue, cfg)
         .await
         .map_err(|e| g.error(&e))?;
-    let submitted = match &args.id {
-        Some(id) => producer.submit_with_id(id, &request).await,
-        None => producer.submit(&request).await,
-    };
-    let result = match submitted {
-        Ok(ticket) => {
-            let span = tracing::info_span!("request", rid = %ticket.request_id());
-            async {
-                tracing::info!(how = ?ticket.submitted(), "submitted");
-                let r = ticket.await;
-                tracing::info!(ok = r.is_ok(), "resolved");
-                r
-            }
-            .instrument(span)
-            .await
-        }
-        Err(e) => Err(e),
-    };
+    // The request's trace starts here: the entry carries this span's context (feature
+    // `otel`), and the worker's handler span continues it.
+    let span = tracing::info_span!("call", queue = %g.queue, rid = tracing::field::Empty);
+    let result = async {
+        let ticket = match &args.id {
+            Some(id) => producer.submit_with_id(id, &request).await,
+            None => producer.submit(&request).await,
+        }?;
+        tracing::Span::current().record("rid", ticket.request_id());
+        tracing::info!(how = ?ticket.submitted(), "submitted");
+        let r = ticket.await;
+        tracing::info!(ok = r.is_ok(), "resolved");
+        r
+    }
+    .instrument(span)
+    .await;
     // Withdraws nothing that is still wanted; deletes this producer's reply stream.
     if let Err(e) = producer.shutdown().await {
         tracing::debug!(error = %format_args!("{e:#}"), "producer shutdown");

@@ -63,6 +63,11 @@ pub struct Global {
     /// RUST_LOG=... takes any tracing filter when -v is not given).
     #[arg(short = 'v', action = clap::ArgAction::Count, global = true)]
     pub log: u8,
+    /// Export spans to this OpenTelemetry collector over OTLP/HTTP, e.g.
+    /// http://127.0.0.1:4318 (needs a build with the `otel` feature): a request is one
+    /// trace from `pelican call` through the worker.
+    #[arg(long, env = "PELICAN_OTLP", global = true, value_name = "URL")]
+    pub otlp: Option<String>,
     /// Queue-wide settings; every process of a queue should use the same values.
     #[command(flatten)]
     pub settings: QueueSettings,
@@ -115,6 +120,45 @@ pub enum Command {
     /// Needs a Redis on this machine (--redis, loopback only); the queue's keys are
     /// deleted at the end. With --json it prints one line of JSON.
     Bench(BenchArgs),
+    /// A live web dashboard of every queue under the key prefix: numbers and charts,
+    /// consumers, dead letters (requeue, purge), request lookup. Prints its address (with
+    /// a login link that carries the token for the buttons) and serves until Ctrl-C.
+    Dashboard(DashboardArgs),
+}
+
+impl Command {
+    /// The subcommand's name, as typed.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::Demo(_) => "demo",
+            Command::Worker(_) => "worker",
+            Command::Call(_) => "call",
+            Command::Stats => "stats",
+            Command::Dead(_) => "dead",
+            Command::Inspect(_) => "inspect",
+            Command::Bench(_) => "bench",
+            Command::Dashboard(_) => "dashboard",
+        }
+    }
+}
+
+/// `pelican dashboard`.
+#[derive(Debug, Clone, Args)]
+pub struct DashboardArgs {
+    /// Address to serve on. Loopback by default; any other address needs --token.
+    #[arg(long, default_value = "127.0.0.1:8080", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// The token that unlocks requeue and purge (and, on a non-loopback address,
+    /// everything): at least 16 characters. Default: a random one, printed in the login
+    /// link at start.
+    #[arg(long, env = "PELICAN_DASHBOARD_TOKEN", value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// Serve no mutation at all: no requeue, no purge.
+    #[arg(long)]
+    pub read_only: bool,
+    /// Key prefix of the queues to show (the library's QueueConfig::prefix).
+    #[arg(long, default_value = "pelican", value_name = "PREFIX")]
+    pub prefix: String,
 }
 
 /// `pelican inspect`.

@@ -3,21 +3,24 @@
 //! runs one subcommand and maps its outcome to an exit code (see `exit`).
 //!
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
-//! `dead`, `inspect`, `bench`), and their helpers: `handlers` (the worker's built-in handlers),
-//! `pool` (the demo's worker processes), `summary` (the demo's table), `redis_local`
-//! (reachability, throwaway redis-server), `redis_url` (a URL whose Debug hides the
-//! password), `metrics_http`, `process`, `context`, `fmt`.
+//! `dead`, `inspect`, `bench`; `dashboard/`: the web dashboard), and their helpers:
+//! `handlers` (the worker's built-in handlers), `pool` (the demo's worker processes),
+//! `summary` (the demo's table), `redis_local` (reachability, throwaway redis-server),
+//! `redis_url` (a URL whose Debug hides the password), `logging` (stderr logs and
+//! `--otlp` span export), `metrics_http`, `process`, `context`, `fmt`.
 
 mod bench;
 mod call;
 mod cli;
 mod context;
+mod dashboard;
 mod dead;
 mod demo;
 mod exit;
 mod fmt;
 mod handlers;
 mod inspect;
+mod logging;
 mod metrics_http;
 mod pool;
 mod process;
@@ -30,7 +33,6 @@ mod worker;
 use clap::Parser;
 use cli::{Cli, Command};
 use std::process::ExitCode;
-use tracing_subscriber::EnvFilter;
 
 fn main() -> ExitCode {
     // `pelican stats | head -1` must end quietly, as other Unix tools do, instead of
@@ -40,7 +42,14 @@ fn main() -> ExitCode {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
     let cli = Cli::parse();
-    init_tracing(cli.global.log);
+    let telemetry = match logging::init(
+        cli.global.log,
+        cli.global.otlp.as_deref(),
+        &format!("pelican-{}", cli.command.name()),
+    ) {
+        Ok(t) => t,
+        Err(e) => return exit::finish(Err(e)),
+    };
     // The bench's producer and worker processes share the cores with redis-server: a
     // single-threaded runtime costs them ~25-30 % less CPU per request.
     let mut builder = match cli.command {
@@ -61,25 +70,11 @@ fn main() -> ExitCode {
             Command::Dead(a) => dead::run(g, &a.command).await,
             Command::Inspect(a) => inspect::run(g, &a.rid).await,
             Command::Bench(a) => bench::run(g, a).await,
+            Command::Dashboard(a) => dashboard::run(g, a).await,
         }
     });
     // Background tasks (reply readers, the metrics listener) must not hold up the exit.
     runtime.shutdown_timeout(std::time::Duration::from_millis(500));
+    telemetry.shutdown();
     exit::finish(result)
-}
-
-/// Logs go to stderr: `-v` info, `-vv` debug, `-vvv` trace; without `-v`, `RUST_LOG`, else
-/// warnings only.
-fn init_tracing(verbosity: u8) {
-    let filter = match verbosity {
-        0 => EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
-        1 => EnvFilter::new("info"),
-        2 => EnvFilter::new("debug"),
-        _ => EnvFilter::new("trace"),
-    };
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
 }

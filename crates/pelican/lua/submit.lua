@@ -4,8 +4,8 @@
 -- KEYS[3] reply prefix      P:{Q}:reply:
 -- ARGV[1] now (ms)   ARGV[2] producer id   ARGV[3] grace (ms the index outlives the deadline)
 -- ARGV[4] group      ARGV[5] result ttl (ms)   ARGV[6] reply maxlen
--- ARGV[7..] quadruples: rid, deadline (ms), index ttl (ms: time to the deadline plus
---           grace, at least grace + 1), body
+-- ARGV[7..] quintuples: rid, deadline (ms), index ttl (ms: time to the deadline plus
+--           grace, at least grace + 1), trace context ('' for none: no tp field), body
 -- Numbers are passed on to Redis as the strings they came in: Lua would format a number
 -- with printf's %.17g, a real share of the server's time at high rates.
 -- Reply: one string per request, in order:
@@ -15,8 +15,8 @@ local stream, reqp, replyp = KEYS[1], KEYS[2], KEYS[3]
 local now, producer, grace = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
 local group, ttl, maxlen = ARGV[4], tonumber(ARGV[5]), ARGV[6]
 local out = {}
-for i = 7, #ARGV, 4 do
-  local rid, deadline, index_ttl, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+for i = 7, #ARGV, 5 do
+  local rid, deadline, index_ttl, tp, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local key = reqp .. rid
   local v = redis.pcall('GET', key)
   -- not a string: a foreign client's key, not ours; the SET below replaces it
@@ -39,8 +39,14 @@ for i = 7, #ARGV, 4 do
   elseif v then
     out[#out + 1] = v
   else
-    local sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', producer, 'deadline', deadline,
-      'at', ARGV[1], 'index', '1', 'body', body)
+    local sid
+    if tp == '' then
+      sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', producer, 'deadline', deadline,
+        'at', ARGV[1], 'index', '1', 'body', body)
+    else
+      sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', producer, 'deadline', deadline,
+        'at', ARGV[1], 'index', '1', 'tp', tp, 'body', body)
+    end
     redis.call('SET', key, 'P' .. sid .. ';' .. deadline .. ';' .. producer .. ';', 'PX', index_ttl)
     out[#out + 1] = '+' .. sid
   end

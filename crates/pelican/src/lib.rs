@@ -54,14 +54,19 @@
 //! - `conn/`: every connection (the shared one, the tasks' own, the lean wire), backoff and
 //!   retry. `shared.rs`: what a connected queue's producers, consumers and admin share.
 //! - `error`: [`Error`], [`ErrorKind`]; `codec`: [`Codec`], [`Json`]; `task`: owned,
-//!   supervised background tasks; `metrics`, `ids`, `clock`.
+//!   supervised background tasks; `trace`: trace context across processes; `metrics`,
+//!   `ids`, `clock`.
 //!
 //! ## Observability
 //! Counters and histograms go through the `metrics` facade (`pelican_requests_*`,
 //! `pelican_deliveries_*`, `pelican_dead_lettered_total`, ... each with a `queue` label);
 //! install a recorder (e.g. a Prometheus exporter) *before* connecting: a queue's series
 //! are registered when a producer, consumer or admin connects. Spans and events go
-//! through `tracing`.
+//! through `tracing`: [`Producer::call`] runs in a span `pelican.call`, and
+//! [`Consumer::serve`] runs each handler in a span `pelican.handle`. With the `otel`
+//! feature (and `tracing-opentelemetry`'s layer installed by the application), a request
+//! is one trace: the producer writes the current span's W3C trace context into the entry
+//! (field `tp`), and the handler span continues it (`trace.rs`; [`Job::trace_parent`]).
 
 #![warn(missing_docs)]
 
@@ -83,6 +88,7 @@ mod producer;
 mod protocol;
 mod shared;
 mod task;
+mod trace;
 
 pub use admin::Admin;
 pub use codec::{Codec, CodecError, Json};

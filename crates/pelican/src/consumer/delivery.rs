@@ -24,6 +24,8 @@ pub struct Job {
     pub(crate) deliveries: u32,
     pub(crate) deadline_ms: u64,
     pub(crate) submitted_ms: u64,
+    /// The entry's `tp` field: the submitter's W3C trace context.
+    pub(crate) tp: Option<String>,
     pub(crate) lease: LeaseLost,
 }
 
@@ -31,6 +33,14 @@ impl Job {
     /// The request id (the dedup key).
     pub fn request_id(&self) -> &str {
         &self.rid
+    }
+
+    /// The submitter's W3C trace context (a `traceparent` value), if its producer was
+    /// built with the `otel` feature and submitted inside an OpenTelemetry trace. With
+    /// dedup, the first submitter's. [`crate::Consumer::serve`] continues it in its
+    /// handler span; users of [`crate::Consumer::next`] can continue it themselves.
+    pub fn trace_parent(&self) -> Option<&str> {
+        self.tp.as_deref()
     }
 
     /// The stream entry id.

@@ -33,6 +33,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 use writer::{WriteJob, Writer, WriterTask};
 
 /// Reads requests of type `Req` from a queue and answers them with `Resp`.
@@ -191,6 +192,14 @@ where
                 }
             };
             let handler = handler.clone();
+            // One span per delivery, continuing the submitter's trace (`otel` feature).
+            let span = tracing::info_span!(
+                "pelican.handle",
+                queue = %self.inner.shared.queue.name,
+                rid = %d.job().request_id(),
+                delivery = d.job().delivery_count(),
+            );
+            crate::trace::continue_from(&span, d.job().trace_parent());
             running.spawn(async move {
                 let req = d.take_request();
                 let job = d.job().clone();
@@ -221,7 +230,7 @@ where
                 if let Err(e) = r {
                     tracing::warn!(rid = %rid, error = %format_args!("{e:#}"), "could not record an outcome");
                 }
-            });
+            }.instrument(span));
             // reap finished handlers so the set does not grow
             while running.try_join_next().is_some() {}
         }

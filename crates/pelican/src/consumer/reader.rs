@@ -216,6 +216,7 @@ async fn deliver<Req, Resp, C>(
     C: Codec,
 {
     let sid = e.id.clone();
+    let tp = crate::trace::from_entry(e.get(crate::trace::FIELD));
     let req = match Request::from_entry(e, inner.shared.queue.max_body_bytes) {
         Ok(r) => r,
         Err(reason) => return reject(inner, &sid, &reason, deliveries).await,
@@ -260,6 +261,7 @@ async fn deliver<Req, Resp, C>(
         deliveries,
         deadline_ms: req.deadline_ms,
         submitted_ms: req.submitted_ms,
+        tp,
         lease: LeaseLost(lease),
     };
     let d = Delivery::new(inner.writer.clone(), value, job, permit);

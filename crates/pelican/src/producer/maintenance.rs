@@ -133,6 +133,7 @@ fn resubmit(inner: &Inner, rid: &str) {
             body: p.body.clone(),
             deadline_ms: p.deadline_ms,
             indexed: p.indexed,
+            tp: p.tp.clone(),
             ack: None,
         }
     };

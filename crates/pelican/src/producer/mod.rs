@@ -31,6 +31,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use ticket::WaiterGuard;
 use tokio::sync::{mpsc, oneshot};
+use tracing::Instrument;
 
 /// Submits requests of type `Req` to a queue and awaits responses of type `Resp`.
 ///
@@ -160,9 +161,13 @@ where
         self.submit_body(id.to_string(), body).await
     }
 
-    /// Submits a request and waits for its response.
+    /// Submits a request and waits for its response, in a span `pelican.call` (whose
+    /// trace the worker's handler span continues, with the `otel` feature).
     pub async fn call(&self, req: &Req) -> Result<Resp> {
-        self.submit(req).await?.await
+        let span = tracing::info_span!("pelican.call", queue = %self.inner.shared.queue.name);
+        async { self.submit(req).await?.await }
+            .instrument(span)
+            .await
     }
 
     /// Stops the producer: every request still waiting resolves with
@@ -227,6 +232,7 @@ where
         let (tx, rx) = oneshot::channel();
         let mut guard = WaiterGuard::new(inner.clone(), rid.clone(), token);
         let body = Arc::new(body);
+        let tp = crate::trace::current();
         let joined_locally = {
             let mut st = inner.state.lock().unwrap();
             match st.pending.get_mut(&rid) {
@@ -248,6 +254,7 @@ where
                             body: body.clone(),
                             queued: false,
                             expiry_resubmits: 0,
+                            tp: tp.clone(),
                         },
                     );
                     false
@@ -266,6 +273,7 @@ where
                     body,
                     deadline_ms,
                     indexed: inner.config.dedup,
+                    tp,
                     ack: Some(ack_tx),
                 })
                 .map_err(|_| inner.closed_error())?;

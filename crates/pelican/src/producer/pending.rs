@@ -55,6 +55,8 @@ pub(crate) struct Pending {
     /// Times this request was submitted again because it expired before a local waiter's
     /// deadline (see `Inner::resubmit_expired`).
     pub(crate) expiry_resubmits: u8,
+    /// The submitting span's trace context (`tp`), written again with the request.
+    pub(crate) tp: Option<String>,
 }
 
 pub(crate) struct SubmitJob {
@@ -62,6 +64,8 @@ pub(crate) struct SubmitJob {
     pub(crate) body: Arc<Vec<u8>>,
     pub(crate) deadline_ms: u64,
     pub(crate) indexed: bool,
+    /// The entry's `tp` field: the submitting span's W3C trace context.
+    pub(crate) tp: Option<String>,
     pub(crate) ack: Option<oneshot::Sender<Result<Submitted>>>,
 }
 
@@ -154,6 +158,7 @@ impl Inner {
                 body: p.body.clone(),
                 deadline_ms: p.deadline_ms,
                 indexed: true,
+                tp: p.tp.clone(),
                 ack: None,
             }
         };

@@ -100,6 +100,7 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
         inv.arg(&j.rid)
             .arg(j.deadline_ms)
             .arg(index_ttl)
+            .arg(j.tp.as_deref().unwrap_or(""))
             .arg(j.body.as_slice());
     }
     // Idempotent per rid (a repeat joins the first attempt's request or reads its
@@ -129,9 +130,11 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
             .arg("at")
             .arg(now)
             .arg("index")
-            .arg("0")
-            .arg("body")
-            .arg(j.body.as_slice());
+            .arg("0");
+        if let Some(tp) = &j.tp {
+            pipe.arg(crate::trace::FIELD).arg(tp);
+        }
+        pipe.arg("body").arg(j.body.as_slice());
     }
     let ids: Vec<String> = pipe
         .query_async(&mut sh.conn())

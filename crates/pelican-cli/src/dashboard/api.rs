@@ -1,0 +1,383 @@
+//! The JSON API under `/api/` that the page uses (documented in the README). Reads are
+//! GETs; mutations are POSTs, checked by [`super::auth::Policy::mutation`], and are not
+//! routed at all with `--read-only`. Every error is `{"error": "..."}` with a status
+//! that says whose fault it is: 400 bad input, 401/403 no token or foreign origin, 404
+//! unknown queue, request or dead letter, 503 Redis unreachable.
+
+use super::auth::Refusal;
+use super::reply;
+use super::sampler::{self, ConsumerNow, PartitionNow, Point, QueueNow};
+use super::App;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use pelican::{Admin, ErrorKind, Keys};
+use redis::Value;
+use serde::Serialize;
+use serde_json::json;
+use std::sync::Arc;
+
+/// Dead letters listed on the queue page.
+pub const DEAD_SHOWN: usize = 100;
+/// Held entries listed per partition on the queue page.
+const HELD_SHOWN: usize = 100;
+
+/// An error answer: `{"error": message}` with a status.
+#[derive(Debug)]
+pub struct ApiError(pub StatusCode, pub String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.0, Json(json!({ "error": self.1 }))).into_response()
+    }
+}
+
+impl From<Refusal> for ApiError {
+    fn from(r: Refusal) -> Self {
+        ApiError(r.0, r.1)
+    }
+}
+
+type ApiResult<T> = Result<Json<T>, ApiError>;
+
+fn redis_down(e: impl std::fmt::Display) -> ApiError {
+    ApiError(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("cannot reach Redis: {e}"),
+    )
+}
+
+fn from_pelican(e: &pelican::Error) -> ApiError {
+    let msg = crate::exit::with_causes(e);
+    match e.kind() {
+        ErrorKind::Config => ApiError(StatusCode::BAD_REQUEST, msg),
+        ErrorKind::Redis => redis_down(msg),
+        _ => ApiError(StatusCode::INTERNAL_SERVER_ERROR, msg),
+    }
+}
+
+/// `GET /api/info`: what the page needs to know about this dashboard.
+pub async fn info(State(app): State<Arc<App>>, h: HeaderMap) -> Json<serde_json::Value> {
+    Json(json!({
+        "prefix": app.prefix,
+        "redis": app.redis_shown,
+        "read_only": app.read_only,
+        "can_mutate": !app.read_only && app.policy.has_token(&h),
+        "interval_ms": sampler::INTERVAL.as_millis() as u64,
+        "history": sampler::HISTORY,
+        "version": env!("CARGO_PKG_VERSION"),
+    }))
+}
+
+/// One queue on the overview.
+#[derive(Serialize)]
+struct Overview<'a> {
+    #[serde(flatten)]
+    now: &'a QueueNow,
+    history: Vec<&'a Point>,
+}
+
+/// `GET /api/queues`: every queue with its numbers and history.
+pub async fn queues(State(app): State<Arc<App>>) -> Json<serde_json::Value> {
+    let b = app.board.read().expect("board lock");
+    let queues: Vec<Overview> = b
+        .queues
+        .values()
+        .map(|q| Overview {
+            now: &q.now,
+            history: q.history.iter().collect(),
+        })
+        .collect();
+    Json(json!({
+        "sampled_at_ms": b.sampled_at_ms,
+        "error": b.error,
+        "queues": queues,
+    }))
+}
+
+/// A request a consumer holds.
+#[derive(Debug, Serialize)]
+struct Held {
+    entry: String,
+    rid: Option<String>,
+    /// Since submission (Redis clock), ms.
+    age_ms: u64,
+    /// Since the last delivery or lease renewal, ms.
+    idle_ms: u64,
+    deliveries: u64,
+    body_len: Option<usize>,
+}
+
+/// A consumer and what it holds.
+#[derive(Serialize)]
+struct ConsumerView<'a> {
+    #[serde(flatten)]
+    consumer: &'a ConsumerNow,
+    held: Vec<Held>,
+}
+
+/// `GET /api/queues/{queue}`: numbers, history, partitions, consumers with what each holds.
+pub async fn queue(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    let (now, history, parts, error) = {
+        let b = app.board.read().expect("board lock");
+        let q = b.queues.get(&name);
+        (
+            q.map(|q| q.now.clone()),
+            q.map(|q| q.history.iter().cloned().collect::<Vec<_>>()),
+            q.map(|q| q.parts.clone()),
+            b.error.clone(),
+        )
+    };
+    let Some(now) = now else {
+        return Err(app.unknown(&name).await);
+    };
+    let parts = parts.unwrap_or_default();
+    let mut held = held(&app, &parts).await.map_err(redis_down)?;
+    let consumers: Vec<ConsumerView> = parts
+        .iter()
+        .flat_map(|p| p.consumers.iter())
+        .map(|c| ConsumerView {
+            consumer: c,
+            held: held
+                .remove(&(c.partition.clone(), c.name.clone()))
+                .unwrap_or_default(),
+        })
+        .collect();
+    Ok(Json(json!({
+        "queue": now,
+        "history": history,
+        "partitions": parts,
+        "consumers": consumers,
+        "error": error,
+    })))
+}
+
+type HeldMap = std::collections::HashMap<(String, String), Vec<Held>>;
+
+/// What each consumer holds: `XPENDING` (extended) per partition, then each entry's rid.
+async fn held(app: &App, parts: &[PartitionNow]) -> redis::RedisResult<HeldMap> {
+    let mut conn = app.conn.clone();
+    let mut out = HeldMap::new();
+    for p in parts.iter().filter(|p| p.in_flight > 0) {
+        let keys = Keys::new(&app.prefix, &p.tag);
+        let (time, pending): ((u64, u64), Value) = redis::pipe()
+            .cmd("TIME")
+            .cmd("XPENDING")
+            .arg(keys.stream())
+            .arg(keys.group())
+            .arg("-")
+            .arg("+")
+            .arg(HELD_SHOWN)
+            .query_async(&mut conn)
+            .await?;
+        let now = time.0 * 1000 + time.1 / 1000;
+        let rows: Vec<(String, String, u64, u64)> = reply::array(&pending)
+            .iter()
+            .filter_map(|e| {
+                let a = reply::array(e);
+                Some((
+                    reply::string(a.first()?)?,
+                    reply::string(a.get(1)?)?,
+                    reply::int(a.get(2)?)?.max(0) as u64,
+                    reply::int(a.get(3)?)?.max(0) as u64,
+                ))
+            })
+            .collect();
+        if rows.is_empty() {
+            continue;
+        }
+        let mut pipe = redis::pipe();
+        for (id, ..) in &rows {
+            pipe.cmd("XRANGE").arg(keys.stream()).arg(id).arg(id);
+        }
+        let entries: Vec<Value> = pipe.query_async(&mut conn).await?;
+        for ((id, consumer, idle, deliveries), e) in rows.into_iter().zip(entries) {
+            let fields = reply::array(&e)
+                .first()
+                .map(|e| reply::array(e).get(1).cloned().unwrap_or(Value::Nil));
+            let get = |n: &str| fields.as_ref().and_then(|f| reply::field(f, n));
+            out.entry((p.tag.clone(), consumer)).or_default().push(Held {
+                age_ms: reply::id_ms(&id).map_or(0, |at| now.saturating_sub(at)),
+                rid: get("rid").and_then(reply::string),
+                body_len: get("body").and_then(reply::bytes).map(<[u8]>::len),
+                entry: id,
+                idle_ms: idle,
+                deliveries,
+            });
+        }
+    }
+    Ok(out)
+}
+
+/// `GET /api/queues/{queue}/dead`: the count and the oldest dead letters.
+pub async fn dead(
+    State(app): State<Arc<App>>,
+    Path(name): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    let admin = app.admin(&name).await?;
+    let letters = admin
+        .dead_letters(DEAD_SHOWN)
+        .await
+        .map_err(|e| from_pelican(&e))?;
+    let total = app
+        .board
+        .read()
+        .expect("board lock")
+        .queues
+        .get(&name)
+        .map_or(letters.len() as u64, |q| q.now.dead_letters);
+    Ok(Json(json!({
+        "total": total.max(letters.len() as u64),
+        "shown": DEAD_SHOWN,
+        "letters": letters,
+    })))
+}
+
+/// `GET /api/queues/{queue}/requests/{rid}`: what `pelican inspect` shows.
+pub async fn request(
+    State(app): State<Arc<App>>,
+    Path((name, rid)): Path<(String, String)>,
+) -> ApiResult<pelican::admin::RequestInfo> {
+    let admin = app.admin(&name).await?;
+    match admin.inspect(&rid).await {
+        Ok(Some(info)) => Ok(Json(info)),
+        Ok(None) => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!(
+                "queue {name:?} knows no request {rid:?}: it was never submitted, finished \
+                 more than result_ttl ago, expired, or was submitted with dedup off"
+            ),
+        )),
+        Err(e) if e.kind() == ErrorKind::Config => Err(ApiError(
+            StatusCode::BAD_REQUEST,
+            format!("{rid:?} is not a request id: {}", e.message()),
+        )),
+        Err(e) => Err(from_pelican(&e)),
+    }
+}
+
+/// `POST /api/queues/{queue}/dead/{id}/requeue`: one dead letter back on the queue.
+pub async fn requeue(
+    State(app): State<Arc<App>>,
+    h: HeaderMap,
+    Path((name, id)): Path<(String, String)>,
+) -> ApiResult<serde_json::Value> {
+    app.policy.mutation(&h)?;
+    let admin = app.admin(&name).await?;
+    let done = admin
+        .requeue(std::slice::from_ref(&id), app.requeue_timeout)
+        .await
+        .map_err(|e| from_pelican(&e))?;
+    match done.into_iter().next().and_then(|(_, new)| new) {
+        Some(entry) => {
+            tracing::info!(queue = %name, id = %id, entry = %entry, "dashboard: requeued a dead letter");
+            Ok(Json(json!({ "id": id, "entry": entry })))
+        }
+        None => Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("queue {name:?} has no dead letter {id} (or it had no body to requeue)"),
+        )),
+    }
+}
+
+/// `POST /api/queues/{queue}/dead/requeue-all`.
+pub async fn requeue_all(
+    State(app): State<Arc<App>>,
+    h: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    app.policy.mutation(&h)?;
+    let admin = app.admin(&name).await?;
+    let n = admin
+        .requeue_all(app.requeue_timeout)
+        .await
+        .map_err(|e| from_pelican(&e))?;
+    tracing::info!(queue = %name, n, "dashboard: requeued every dead letter");
+    Ok(Json(json!({ "requeued": n })))
+}
+
+/// `POST /api/queues/{queue}/dead/purge`: deletes every dead letter.
+pub async fn purge(
+    State(app): State<Arc<App>>,
+    h: HeaderMap,
+    Path(name): Path<String>,
+) -> ApiResult<serde_json::Value> {
+    app.policy.mutation(&h)?;
+    let admin = app.admin(&name).await?;
+    let n = admin.purge_dead().await.map_err(|e| from_pelican(&e))?;
+    tracing::info!(queue = %name, n, "dashboard: purged the dead letters");
+    Ok(Json(json!({ "purged": n })))
+}
+
+impl App {
+    /// The queue's admin handle (made once per queue), if the queue is known.
+    async fn admin(&self, name: &str) -> Result<Arc<Admin>, ApiError> {
+        self.check_name(name)?;
+        let known = self
+            .board
+            .read()
+            .expect("board lock")
+            .queues
+            .contains_key(name);
+        if !known {
+            return Err(self.unknown(name).await);
+        }
+        let mut admins = self.admins.lock().await;
+        if let Some(a) = admins.get(name) {
+            return Ok(a.clone());
+        }
+        let cfg = self.queue_config(name)?;
+        let admin = Arc::new(Admin::connect(cfg).await.map_err(|e| from_pelican(&e))?);
+        admins.insert(name.to_string(), admin.clone());
+        Ok(admin)
+    }
+
+    /// 400 for a name that cannot be a queue's.
+    pub fn check_name(&self, name: &str) -> Result<(), ApiError> {
+        self.queue_config(name).map(|_| ())
+    }
+
+    fn queue_config(&self, name: &str) -> Result<pelican::QueueConfig, ApiError> {
+        let mut g = self.global.clone();
+        g.queue = name.to_string();
+        let cfg = g
+            .queue_config()
+            .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.message))?
+            .with_prefix(self.prefix.clone());
+        cfg.validate().map_err(|e| from_pelican(&e))?;
+        Ok(cfg)
+    }
+
+    /// 404 for a queue not found in Redis (after looking again), 503 if Redis is down.
+    pub async fn unknown(&self, name: &str) -> ApiError {
+        if let Err(e) = self.check_name(name) {
+            return e;
+        }
+        let mut conn = self.conn.clone();
+        match sampler::discover_now(&mut conn, &self.prefix, &self.board).await {
+            Ok(found) if found.contains_key(name) => ApiError(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("queue {name:?} was just found; it is sampled within a second, try again"),
+            ),
+            Ok(found) => ApiError(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "no queue {name:?} under key prefix {:?} on {} (queues are found by their \
+                     request or dead-letter stream); known: {}",
+                    self.prefix,
+                    self.redis_shown,
+                    if found.is_empty() {
+                        "none".to_string()
+                    } else {
+                        found.keys().cloned().collect::<Vec<_>>().join(", ")
+                    }
+                ),
+            ),
+            Err(e) => redis_down(e),
+        }
+    }
+}

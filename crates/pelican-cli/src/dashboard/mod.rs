@@ -1,0 +1,185 @@
+//! `pelican dashboard`: a live web dashboard of every queue under the key prefix.
+//!
+//! - `sampler`: samples every queue once a second into a bounded history (what is
+//!   measured and how: see there); `discover`: finds the queues (a partitioned queue's
+//!   tags `Q#p` count as one queue `Q`).
+//! - `server`: routes, the page and assets (embedded: `assets/`), the login link, the
+//!   checks of every request; `auth`: the token and origin rules; `api`: the JSON API.
+//! - `reply`: reading Redis replies.
+//!
+//! The page reads `/api/queues` (overview) or `/api/queues/{queue}` (one queue) every
+//! second or two and draws the numbers and the charts (inline SVG) itself.
+
+mod api;
+mod auth;
+mod discover;
+mod reply;
+mod sampler;
+mod server;
+
+use crate::cli::{DashboardArgs, Global};
+use crate::exit::{CliError, CliResult};
+use pelican::Admin;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use sampler::SharedBoard;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::signal::unix::{signal, SignalKind};
+
+/// How long the dashboard's Redis commands may take before the page says Redis is down.
+const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
+/// Deadline of a requeued request, from the moment it is requeued.
+const REQUEUE_TIMEOUT: Duration = pelican::admin::DEFAULT_REQUEUE_TIMEOUT;
+
+/// What the handlers share.
+pub struct App {
+    board: SharedBoard,
+    conn: ConnectionManager,
+    policy: auth::Policy,
+    read_only: bool,
+    prefix: String,
+    redis_shown: String,
+    global: Global,
+    admins: tokio::sync::Mutex<HashMap<String, Arc<Admin>>>,
+    requeue_timeout: Duration,
+}
+
+/// Serves the dashboard until SIGINT/SIGTERM.
+pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
+    let loopback = a.listen.ip().is_loopback();
+    if !loopback && a.token.is_none() {
+        return Err(CliError::usage(format!(
+            "refusing to serve the dashboard on {} without --token: it is not a loopback \
+             address, so anyone who reaches it could read the queues and requeue or purge \
+             dead letters. Give a --token of at least {} characters (and prefer a reverse \
+             proxy with TLS in front)",
+            a.listen,
+            auth::MIN_TOKEN_LEN
+        )));
+    }
+    if let Some(t) = &a.token {
+        auth::check_token(t).map_err(CliError::usage)?;
+    }
+    let queue = g
+        .queue_config()?
+        .with_prefix(a.prefix.clone());
+    queue.validate().map_err(|e| {
+        CliError::usage(format!("--prefix {:?}: {}", a.prefix, e.message()))
+    })?;
+    if queue.url.contains("+cluster://") {
+        return Err(CliError::usage(
+            "the dashboard does not watch Redis Cluster deployments yet; point --redis at \
+             one node's redis:// URL to see the queues whose slots it serves",
+        ));
+    }
+    let token = match &a.token {
+        Some(t) => t.clone(),
+        None => auth::random_token()
+            .map_err(|e| CliError::failure(format!("cannot make a random token: {e}")))?,
+    };
+    let conn = connect(g).await?;
+    let listener = tokio::net::TcpListener::bind(a.listen)
+        .await
+        .map_err(|e| {
+            CliError::failure(format!(
+                "cannot listen on {}: {e}; choose another address with --listen",
+                a.listen
+            ))
+        })?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| CliError::failure(format!("cannot listen on {}: {e}", a.listen)))?;
+    let board = SharedBoard::default();
+    let app = Arc::new(App {
+        board: board.clone(),
+        conn: conn.clone(),
+        policy: auth::Policy { token, loopback },
+        read_only: a.read_only,
+        prefix: a.prefix.clone(),
+        redis_shown: g.redis.redacted(),
+        global: g.clone(),
+        admins: Default::default(),
+        requeue_timeout: REQUEUE_TIMEOUT,
+    });
+    let sampler = tokio::spawn(sampler::run(conn, a.prefix.clone(), board));
+    let _stop_sampler = AbortOnDrop(sampler);
+    let mut term = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let mut int = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    println!(
+        "pelican dashboard: queues under prefix {:?} on {}, at http://{addr}/",
+        a.prefix,
+        g.redis.redacted()
+    );
+    if a.read_only {
+        println!("  read-only: no requeue, no purge");
+    }
+    if !a.read_only || !loopback {
+        println!(
+            "  log in (to requeue and purge{}): http://{addr}/login?token={}",
+            if loopback { "" } else { ", and to see anything" },
+            app.policy.token
+        );
+    }
+    println!("  stop with Ctrl-C");
+    let shutdown = async move {
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+    };
+    axum::serve(listener, server::router(app))
+        .with_graceful_shutdown(shutdown)
+        .await
+        .map_err(|e| CliError::failure(format!("the dashboard's server failed: {e}")))?;
+    eprintln!("pelican dashboard: stopped");
+    Ok(())
+}
+
+/// A connection that reconnects by itself: the dashboard keeps running while Redis is
+/// down and says so on the page. Lazy: it starts even when Redis does not answer yet.
+async fn connect(g: &Global) -> CliResult<ConnectionManager> {
+    let url = g.redis.as_str();
+    let client = match &g.tls_ca {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|e| {
+                CliError::usage(format!(
+                    "cannot read the CA file {} (--tls-ca): {e}",
+                    path.display()
+                ))
+            })?;
+            redis::Client::build_with_tls(
+                url,
+                redis::TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(pem),
+                },
+            )
+        }
+        None => redis::Client::open(url),
+    }
+    .map_err(|e| CliError::usage(format!("bad --redis URL {}: {e}", g.redis.redacted())))?;
+    let cfg = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(REDIS_TIMEOUT))
+        .set_response_timeout(Some(REDIS_TIMEOUT))
+        .set_max_delay(Duration::from_secs(2));
+    ConnectionManager::new_lazy_with_config(client, cfg).map_err(|e| {
+        CliError::failure(format!(
+            "cannot set up a connection to {}: {e}",
+            g.redis.redacted()
+        ))
+    })
+}
+
+fn signal_error(e: std::io::Error) -> CliError {
+    CliError::failure(format!("cannot install signal handlers: {e}"))
+}
+
+/// Stops the sampler when the dashboard ends, however it ends.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}

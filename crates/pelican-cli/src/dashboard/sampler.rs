@@ -1,0 +1,400 @@
+//! Samples every queue once a second and keeps a bounded history for the charts.
+//!
+//! Per partition (key tag) one pipeline of O(1) commands: `XLEN` of the dead letters,
+//! `XINFO STREAM` (length, entries added, first entry id), `XINFO GROUPS` (lag),
+//! `XPENDING` summary (in flight, oldest in-flight entry), `XINFO CONSUMERS`. No key
+//! scans (those are what makes `pelican stats` slow on a busy queue); the queue list
+//! is refreshed by a SCAN every [`DISCOVER_EVERY`] samples.
+//!
+//! Throughput comes from counter deltas: *submitted/s* is the change of the stream's
+//! entries-added counter; *finished/s* is submitted minus the change of the stream's
+//! length (pelican deletes an entry as soon as it is answered, dead-lettered, expired
+//! or withdrawn). Latency is read from entry ids, which carry Redis's clock at
+//! submission: the *oldest request* is the age of the stream's first entry (queued or
+//! in work: the longest anyone has been waiting now), *oldest in flight* the age of the
+//! oldest delivered, unanswered entry. Both are compared with Redis's own `TIME`, so
+//! clock skew between this host and Redis does not matter.
+
+use super::discover::{self, Found};
+use super::reply;
+use pelican::Keys;
+use redis::aio::ConnectionManager;
+use redis::{RedisResult, Value};
+use serde::Serialize;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::time::MissedTickBehavior;
+
+/// Time between two samples.
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// Samples kept per queue: five minutes.
+pub const HISTORY: usize = 300;
+/// The queue list is refreshed every this many samples (a SCAN of the key space).
+pub const DISCOVER_EVERY: u64 = 10;
+
+/// One consumer of a partition's group.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConsumerNow {
+    /// Its name.
+    pub name: String,
+    /// The partition (key tag) whose group it belongs to.
+    pub partition: String,
+    /// Entries it holds.
+    pub pending: u64,
+    /// Time since it last read, claimed or renewed, in ms.
+    pub idle_ms: u64,
+}
+
+/// One partition (key tag) of a queue, as last sampled.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct PartitionNow {
+    /// The key tag (`Q`, or `Q#p` for partition p).
+    pub tag: String,
+    /// Entries in the request stream.
+    pub length: u64,
+    /// Entries ever added to the stream.
+    pub entries_added: u64,
+    /// Entries not delivered yet.
+    pub queued: u64,
+    /// Entries delivered and not answered.
+    pub in_flight: u64,
+    /// Submission time (Redis clock, ms) of the oldest entry in flight.
+    pub oldest_in_flight_at_ms: Option<u64>,
+    /// Submission time (Redis clock, ms) of the oldest entry in the stream.
+    pub oldest_entry_at_ms: Option<u64>,
+    /// Dead letters.
+    pub dead_letters: u64,
+    /// The group's consumers.
+    pub consumers: Vec<ConsumerNow>,
+}
+
+/// A queue now: its partitions added up.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct QueueNow {
+    /// Queue name.
+    pub name: String,
+    /// Its key tags (one, unless the queue is partitioned).
+    pub partitions: Vec<String>,
+    /// Requests not delivered yet.
+    pub queued: u64,
+    /// Requests delivered and not answered.
+    pub in_flight: u64,
+    /// Consumers (distinct names over the partitions).
+    pub consumers: u64,
+    /// Age of the oldest request in flight (since submission), ms.
+    pub oldest_in_flight_ms: Option<u64>,
+    /// Age of the oldest request in the stream (queued or in flight), ms.
+    pub oldest_request_ms: Option<u64>,
+    /// Dead letters.
+    pub dead_letters: u64,
+    /// Requests ever submitted (entries added).
+    pub entries_added: u64,
+    /// Submitted per second over the last interval.
+    pub submitted_per_s: f64,
+    /// Finished (answered, dead-lettered, expired, withdrawn) per second.
+    pub finished_per_s: f64,
+}
+
+/// One point of a queue's history.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    /// Redis time of the sample, ms since the epoch.
+    pub t: u64,
+    /// Submitted per second.
+    pub submitted: f64,
+    /// Finished per second.
+    pub finished: f64,
+    /// Age of the oldest request in the stream, ms (0 when empty).
+    pub oldest_ms: u64,
+    /// Queued.
+    pub queued: u64,
+    /// In flight.
+    pub in_flight: u64,
+}
+
+/// What is known of one queue.
+#[derive(Debug, Clone, Default)]
+pub struct QueueState {
+    /// The latest numbers.
+    pub now: QueueNow,
+    /// Per partition, for the queue page (and a partitions breakdown).
+    pub parts: Vec<PartitionNow>,
+    /// Oldest first, at most [`HISTORY`] points.
+    pub history: VecDeque<Point>,
+    /// (Redis time, entries added, stream length) per partition at the last sample.
+    prev: BTreeMap<String, (u64, u64, u64)>,
+}
+
+/// Everything the dashboard shows, as last sampled.
+#[derive(Debug, Default)]
+pub struct Board {
+    /// Queues by name.
+    pub queues: BTreeMap<String, QueueState>,
+    /// Redis time of the last good sample.
+    pub sampled_at_ms: Option<u64>,
+    /// Why the last sample failed (Redis down, ...); `None` when it worked.
+    pub error: Option<String>,
+    /// Look for queues again at the next sample.
+    pub rediscover: bool,
+}
+
+/// The board, shared between the sampler and the web server.
+pub type SharedBoard = Arc<RwLock<Board>>;
+
+/// Samples forever (the task is aborted with the dashboard).
+pub async fn run(mut conn: ConnectionManager, prefix: String, board: SharedBoard) {
+    let mut tick = tokio::time::interval(INTERVAL);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut found: Option<Found> = None;
+    let mut n: u64 = 0;
+    loop {
+        tick.tick().await;
+        let again = std::mem::take(&mut board.write().expect("board lock").rediscover);
+        let result = async {
+            if again || found.is_none() || n % DISCOVER_EVERY == 0 {
+                found = Some(discover::discover(&mut conn, &prefix).await?);
+            }
+            sample_all(&mut conn, &prefix, found.as_ref().expect("discovered")).await
+        }
+        .await;
+        n += 1;
+        let mut b = board.write().expect("board lock");
+        match result {
+            Ok((t, sampled)) => {
+                b.error = None;
+                b.sampled_at_ms = Some(t);
+                apply(&mut b, t, sampled);
+            }
+            Err(e) => {
+                // Keep the last numbers; the page says they are stale and why.
+                b.error = Some(format!("cannot read Redis: {e}"));
+                found = None;
+            }
+        }
+    }
+}
+
+/// Looks for queues now (a page asked for one not seen yet), and has the sampler pick
+/// up the new list at its next sample.
+pub async fn discover_now(
+    conn: &mut ConnectionManager,
+    prefix: &str,
+    board: &SharedBoard,
+) -> RedisResult<Found> {
+    let found = discover::discover(conn, prefix).await?;
+    board.write().expect("board lock").rediscover = true;
+    Ok(found)
+}
+
+type Sampled = BTreeMap<String, Vec<PartitionNow>>;
+
+async fn sample_all(
+    conn: &mut ConnectionManager,
+    prefix: &str,
+    found: &Found,
+) -> RedisResult<(u64, Sampled)> {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
+    let now = secs * 1000 + micros / 1000;
+    let mut out = Sampled::new();
+    for (queue, tags) in found {
+        let mut parts = Vec::with_capacity(tags.len());
+        for tag in tags {
+            parts.push(sample_partition(conn, prefix, tag).await?);
+        }
+        out.insert(queue.clone(), parts);
+    }
+    Ok((now, out))
+}
+
+async fn sample_partition(
+    conn: &mut ConnectionManager,
+    prefix: &str,
+    tag: &str,
+) -> RedisResult<PartitionNow> {
+    let keys = Keys::new(prefix, tag);
+    let replies: Vec<Value> = redis::pipe()
+        .ignore_errors()
+        .cmd("XLEN")
+        .arg(keys.dead())
+        .cmd("XINFO")
+        .arg("STREAM")
+        .arg(keys.stream())
+        .cmd("XINFO")
+        .arg("GROUPS")
+        .arg(keys.stream())
+        .cmd("XPENDING")
+        .arg(keys.stream())
+        .arg(keys.group())
+        .cmd("XINFO")
+        .arg("CONSUMERS")
+        .arg(keys.stream())
+        .arg(keys.group())
+        .query_async(conn)
+        .await?;
+    // A missing stream or group answers with an error: that part is simply empty. A
+    // connection error fails the whole query above.
+    let ok = |i: usize| replies.get(i).filter(|v| !matches!(v, Value::ServerError(_)));
+    let mut p = PartitionNow {
+        tag: tag.to_string(),
+        dead_letters: ok(0).and_then(reply::int).unwrap_or(0).max(0) as u64,
+        ..PartitionNow::default()
+    };
+    if let Some(info) = ok(1) {
+        p.length = reply::field_u64(info, "length").unwrap_or(0);
+        p.entries_added = reply::field_u64(info, "entries-added").unwrap_or(0);
+        let first = reply::field(info, "recorded-first-entry-id")
+            .and_then(reply::string)
+            .or_else(|| {
+                reply::field(info, "first-entry")
+                    .and_then(|e| reply::array(e).first())
+                    .and_then(reply::string)
+            });
+        if p.length > 0 {
+            p.oldest_entry_at_ms = first.as_deref().and_then(reply::id_ms);
+        }
+    }
+    let mut lag = None;
+    if let Some(groups) = ok(2) {
+        for g in reply::array(groups) {
+            if reply::field(g, "name").and_then(reply::string).as_deref() == Some(keys.group()) {
+                lag = reply::field_u64(g, "lag");
+                p.in_flight = reply::field_u64(g, "pending").unwrap_or(0);
+            }
+        }
+    }
+    // The lag is nil when Redis cannot tell (entries deleted after the last delivered
+    // one); then every entry not in flight is taken as queued.
+    p.queued = lag.unwrap_or_else(|| p.length.saturating_sub(p.in_flight));
+    if let Some(summary) = ok(3) {
+        p.oldest_in_flight_at_ms = reply::array(summary)
+            .get(1)
+            .and_then(reply::string)
+            .as_deref()
+            .and_then(reply::id_ms);
+    }
+    if let Some(cs) = ok(4) {
+        for c in reply::array(cs) {
+            p.consumers.push(ConsumerNow {
+                name: reply::field(c, "name")
+                    .and_then(reply::string)
+                    .unwrap_or_default(),
+                partition: tag.to_string(),
+                pending: reply::field_u64(c, "pending").unwrap_or(0),
+                idle_ms: reply::field_u64(c, "idle").unwrap_or(0),
+            });
+        }
+    }
+    Ok(p)
+}
+
+/// Folds one sample into the board: new numbers, rates from the deltas, a history point.
+fn apply(b: &mut Board, t: u64, sampled: Sampled) {
+    b.queues.retain(|name, _| sampled.contains_key(name));
+    for (name, parts) in sampled {
+        let q = b.queues.entry(name.clone()).or_default();
+        let mut now = QueueNow {
+            name: name.clone(),
+            partitions: parts.iter().map(|p| p.tag.clone()).collect(),
+            ..QueueNow::default()
+        };
+        let mut consumers = std::collections::BTreeSet::new();
+        let (mut submitted, mut finished) = (0.0, 0.0);
+        for p in &parts {
+            now.queued += p.queued;
+            now.in_flight += p.in_flight;
+            now.dead_letters += p.dead_letters;
+            now.entries_added += p.entries_added;
+            consumers.extend(p.consumers.iter().map(|c| c.name.as_str()));
+            let age = |at: Option<u64>| at.map(|at| t.saturating_sub(at));
+            now.oldest_in_flight_ms = now
+                .oldest_in_flight_ms
+                .max(age(p.oldest_in_flight_at_ms));
+            now.oldest_request_ms = now.oldest_request_ms.max(age(p.oldest_entry_at_ms));
+            if let Some(&(t0, added0, len0)) = q.prev.get(&p.tag) {
+                let dt = t.saturating_sub(t0) as f64 / 1000.0;
+                // A counter that went back: the stream was deleted and made again.
+                if dt > 0.0 && p.entries_added >= added0 {
+                    let added = (p.entries_added - added0) as f64;
+                    let grown = p.length as f64 - len0 as f64;
+                    submitted += added / dt;
+                    finished += (added - grown).max(0.0) / dt;
+                }
+            }
+            q.prev
+                .insert(p.tag.clone(), (t, p.entries_added, p.length));
+        }
+        now.consumers = consumers.len() as u64;
+        now.submitted_per_s = submitted;
+        now.finished_per_s = finished;
+        q.prev.retain(|tag, _| now.partitions.contains(tag));
+        q.history.push_back(Point {
+            t,
+            submitted,
+            finished,
+            oldest_ms: now.oldest_request_ms.unwrap_or(0),
+            queued: now.queued,
+            in_flight: now.in_flight,
+        });
+        while q.history.len() > HISTORY {
+            q.history.pop_front();
+        }
+        q.now = now;
+        q.parts = parts;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn part(tag: &str, added: u64, length: u64, in_flight: u64) -> PartitionNow {
+        PartitionNow {
+            tag: tag.into(),
+            entries_added: added,
+            length,
+            in_flight,
+            queued: length - in_flight,
+            oldest_entry_at_ms: Some(1_000),
+            ..PartitionNow::default()
+        }
+    }
+
+    #[test]
+    fn partitions_add_up_and_rates_come_from_deltas() {
+        let mut b = Board::default();
+        let sample = |parts| Sampled::from([("q".to_string(), parts)]);
+        apply(&mut b, 10_000, sample(vec![part("q#0", 100, 10, 2), part("q#1", 50, 0, 0)]));
+        let q = &b.queues["q"];
+        assert_eq!(q.now.partitions, ["q#0", "q#1"]);
+        assert_eq!((q.now.queued, q.now.in_flight), (8, 2));
+        assert_eq!(q.now.submitted_per_s, 0.0, "no rate from one sample");
+        assert_eq!(q.now.oldest_request_ms, Some(9_000));
+        // Two seconds later: 40 + 20 added, q#0 grew by 4 (so 36 finished), q#1 by 0.
+        apply(&mut b, 12_000, sample(vec![part("q#0", 140, 14, 2), part("q#1", 70, 0, 0)]));
+        let q = &b.queues["q"];
+        assert_eq!(q.now.submitted_per_s, 30.0);
+        assert_eq!(q.now.finished_per_s, 28.0);
+        assert_eq!(q.history.len(), 2);
+        // The stream was deleted and made again: no negative rate.
+        apply(&mut b, 13_000, sample(vec![part("q#0", 3, 3, 0), part("q#1", 70, 0, 0)]));
+        assert_eq!(b.queues["q"].now.submitted_per_s, 0.0);
+        // A queue gone from Redis leaves the board.
+        apply(&mut b, 14_000, Sampled::new());
+        assert!(b.queues.is_empty());
+    }
+
+    #[test]
+    fn the_history_is_bounded() {
+        let mut b = Board::default();
+        for i in 0..(HISTORY as u64 + 20) {
+            apply(
+                &mut b,
+                i * 1000,
+                Sampled::from([("q".to_string(), vec![part("q", i, 0, 0)])]),
+            );
+        }
+        assert_eq!(b.queues["q"].history.len(), HISTORY);
+        assert_eq!(b.queues["q"].history[0].t, 20_000);
+    }
+}
