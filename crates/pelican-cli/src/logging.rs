@@ -119,7 +119,10 @@ mod tests {
     #[test]
     fn otlp_urls_get_the_traces_path() {
         let ok = |u: &str| super::traces_url(u).unwrap();
-        assert_eq!(ok("http://127.0.0.1:4318"), "http://127.0.0.1:4318/v1/traces");
+        assert_eq!(
+            ok("http://127.0.0.1:4318"),
+            "http://127.0.0.1:4318/v1/traces"
+        );
         assert_eq!(ok("http://c:4318/"), "http://c:4318/v1/traces");
         assert_eq!(ok("http://c:4318/v1/traces"), "http://c:4318/v1/traces");
         for bad in ["https://c:4318", "c:4318", "http://", "http:///v1/traces"] {

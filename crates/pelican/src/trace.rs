@@ -79,9 +79,12 @@ pub(crate) fn from_entry(raw: Option<&[u8]>) -> Option<String> {
 #[cfg_attr(not(any(test, feature = "otel")), allow(dead_code))]
 pub(crate) fn parse(tp: &str) -> Option<(u128, u64, u8)> {
     let mut parts = tp.split('-');
-    let (version, trace, span, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let hex = |s: &str, n: usize| {
-        s.len() == n && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     if parts.next().is_some()
         || version != "00"

@@ -200,14 +200,16 @@ async fn held(app: &App, parts: &[PartitionNow]) -> redis::RedisResult<HeldMap> 
                 .first()
                 .map(|e| reply::array(e).get(1).cloned().unwrap_or(Value::Nil));
             let get = |n: &str| fields.as_ref().and_then(|f| reply::field(f, n));
-            out.entry((p.tag.clone(), consumer)).or_default().push(Held {
-                age_ms: reply::id_ms(&id).map_or(0, |at| now.saturating_sub(at)),
-                rid: get("rid").and_then(reply::string),
-                body_len: get("body").and_then(reply::bytes).map(<[u8]>::len),
-                entry: id,
-                idle_ms: idle,
-                deliveries,
-            });
+            out.entry((p.tag.clone(), consumer))
+                .or_default()
+                .push(Held {
+                    age_ms: reply::id_ms(&id).map_or(0, |at| now.saturating_sub(at)),
+                    rid: get("rid").and_then(reply::string),
+                    body_len: get("body").and_then(reply::bytes).map(<[u8]>::len),
+                    entry: id,
+                    idle_ms: idle,
+                    deliveries,
+                });
         }
     }
     Ok(out)
@@ -342,14 +344,20 @@ impl App {
     }
 
     fn queue_config(&self, name: &str) -> Result<pelican::QueueConfig, ApiError> {
+        pelican::QueueConfig::new(self.global.redis.as_str(), name)
+            .with_prefix(self.prefix.clone())
+            .validate()
+            .map_err(|e| {
+                ApiError(
+                    StatusCode::BAD_REQUEST,
+                    format!("{name:?} is not a queue name: {}", e.message()),
+                )
+            })?;
         let mut g = self.global.clone();
         g.queue = name.to_string();
-        let cfg = g
-            .queue_config()
+        Ok(g.queue_config()
             .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.message))?
-            .with_prefix(self.prefix.clone());
-        cfg.validate().map_err(|e| from_pelican(&e))?;
-        Ok(cfg)
+            .with_prefix(self.prefix.clone()))
     }
 
     /// 404 for a queue not found in Redis (after looking again), 503 if Redis is down.

@@ -167,8 +167,7 @@ impl Policy {
         } else {
             Err(Refusal(
                 StatusCode::UNAUTHORIZED,
-                "wrong token: open the login link that `pelican dashboard` printed at start"
-                    .into(),
+                "wrong token: open the login link that `pelican dashboard` printed at start".into(),
             ))
         }
     }
@@ -226,10 +225,22 @@ mod tests {
     #[test]
     fn only_loopback_host_names_are_served_on_loopback() {
         let p = policy();
-        for ok in ["127.0.0.1:8080", "localhost:1", "LOCALHOST", "[::1]:8080", "127.9.9.9"] {
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost:1",
+            "LOCALHOST",
+            "[::1]:8080",
+            "127.9.9.9",
+        ] {
             assert!(p.admit(&headers(&[("host", ok)])).is_ok(), "{ok}");
         }
-        for bad in ["evil.example:8080", "10.0.0.1:80", "[::2]:1", "", "localhost.evil:1"] {
+        for bad in [
+            "evil.example:8080",
+            "10.0.0.1:80",
+            "[::2]:1",
+            "",
+            "localhost.evil:1",
+        ] {
             let e = p.admit(&headers(&[("host", bad)])).unwrap_err();
             assert_eq!(e.0, StatusCode::FORBIDDEN, "{bad}");
         }
@@ -237,7 +248,9 @@ mod tests {
             loopback: false,
             ..policy()
         };
-        let e = open.admit(&headers(&[("host", "dash.example")])).unwrap_err();
+        let e = open
+            .admit(&headers(&[("host", "dash.example")]))
+            .unwrap_err();
         assert_eq!(e.0, StatusCode::UNAUTHORIZED);
         let cookie = format!("a=b; {COOKIE}={T}");
         assert!(open

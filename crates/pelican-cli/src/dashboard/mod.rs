@@ -61,12 +61,10 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
     if let Some(t) = &a.token {
         auth::check_token(t).map_err(CliError::usage)?;
     }
-    let queue = g
-        .queue_config()?
-        .with_prefix(a.prefix.clone());
-    queue.validate().map_err(|e| {
-        CliError::usage(format!("--prefix {:?}: {}", a.prefix, e.message()))
-    })?;
+    let queue = g.queue_config()?.with_prefix(a.prefix.clone());
+    queue
+        .validate()
+        .map_err(|e| CliError::usage(format!("--prefix {:?}: {}", a.prefix, e.message())))?;
     if queue.url.contains("+cluster://") {
         return Err(CliError::usage(
             "the dashboard does not watch Redis Cluster deployments yet; point --redis at \
@@ -79,14 +77,12 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
             .map_err(|e| CliError::failure(format!("cannot make a random token: {e}")))?,
     };
     let conn = connect(g).await?;
-    let listener = tokio::net::TcpListener::bind(a.listen)
-        .await
-        .map_err(|e| {
-            CliError::failure(format!(
-                "cannot listen on {}: {e}; choose another address with --listen",
-                a.listen
-            ))
-        })?;
+    let listener = tokio::net::TcpListener::bind(a.listen).await.map_err(|e| {
+        CliError::failure(format!(
+            "cannot listen on {}: {e}; choose another address with --listen",
+            a.listen
+        ))
+    })?;
     let addr = listener
         .local_addr()
         .map_err(|e| CliError::failure(format!("cannot listen on {}: {e}", a.listen)))?;
@@ -117,7 +113,11 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
     if !a.read_only || !loopback {
         println!(
             "  log in (to requeue and purge{}): http://{addr}/login?token={}",
-            if loopback { "" } else { ", and to see anything" },
+            if loopback {
+                ""
+            } else {
+                ", and to see anything"
+            },
             app.policy.token
         );
     }

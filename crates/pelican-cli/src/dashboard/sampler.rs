@@ -234,7 +234,11 @@ async fn sample_partition(
         .await?;
     // A missing stream or group answers with an error: that part is simply empty. A
     // connection error fails the whole query above.
-    let ok = |i: usize| replies.get(i).filter(|v| !matches!(v, Value::ServerError(_)));
+    let ok = |i: usize| {
+        replies
+            .get(i)
+            .filter(|v| !matches!(v, Value::ServerError(_)))
+    };
     let mut p = PartitionNow {
         tag: tag.to_string(),
         dead_letters: ok(0).and_then(reply::int).unwrap_or(0).max(0) as u64,
@@ -307,9 +311,7 @@ fn apply(b: &mut Board, t: u64, sampled: Sampled) {
             now.entries_added += p.entries_added;
             consumers.extend(p.consumers.iter().map(|c| c.name.as_str()));
             let age = |at: Option<u64>| at.map(|at| t.saturating_sub(at));
-            now.oldest_in_flight_ms = now
-                .oldest_in_flight_ms
-                .max(age(p.oldest_in_flight_at_ms));
+            now.oldest_in_flight_ms = now.oldest_in_flight_ms.max(age(p.oldest_in_flight_at_ms));
             now.oldest_request_ms = now.oldest_request_ms.max(age(p.oldest_entry_at_ms));
             if let Some(&(t0, added0, len0)) = q.prev.get(&p.tag) {
                 let dt = t.saturating_sub(t0) as f64 / 1000.0;
@@ -321,8 +323,7 @@ fn apply(b: &mut Board, t: u64, sampled: Sampled) {
                     finished += (added - grown).max(0.0) / dt;
                 }
             }
-            q.prev
-                .insert(p.tag.clone(), (t, p.entries_added, p.length));
+            q.prev.insert(p.tag.clone(), (t, p.entries_added, p.length));
         }
         now.consumers = consumers.len() as u64;
         now.submitted_per_s = submitted;
@@ -364,20 +365,32 @@ mod tests {
     fn partitions_add_up_and_rates_come_from_deltas() {
         let mut b = Board::default();
         let sample = |parts| Sampled::from([("q".to_string(), parts)]);
-        apply(&mut b, 10_000, sample(vec![part("q#0", 100, 10, 2), part("q#1", 50, 0, 0)]));
+        apply(
+            &mut b,
+            10_000,
+            sample(vec![part("q#0", 100, 10, 2), part("q#1", 50, 0, 0)]),
+        );
         let q = &b.queues["q"];
         assert_eq!(q.now.partitions, ["q#0", "q#1"]);
         assert_eq!((q.now.queued, q.now.in_flight), (8, 2));
         assert_eq!(q.now.submitted_per_s, 0.0, "no rate from one sample");
         assert_eq!(q.now.oldest_request_ms, Some(9_000));
         // Two seconds later: 40 + 20 added, q#0 grew by 4 (so 36 finished), q#1 by 0.
-        apply(&mut b, 12_000, sample(vec![part("q#0", 140, 14, 2), part("q#1", 70, 0, 0)]));
+        apply(
+            &mut b,
+            12_000,
+            sample(vec![part("q#0", 140, 14, 2), part("q#1", 70, 0, 0)]),
+        );
         let q = &b.queues["q"];
         assert_eq!(q.now.submitted_per_s, 30.0);
         assert_eq!(q.now.finished_per_s, 28.0);
         assert_eq!(q.history.len(), 2);
         // The stream was deleted and made again: no negative rate.
-        apply(&mut b, 13_000, sample(vec![part("q#0", 3, 3, 0), part("q#1", 70, 0, 0)]));
+        apply(
+            &mut b,
+            13_000,
+            sample(vec![part("q#0", 3, 3, 0), part("q#1", 70, 0, 0)]),
+        );
         assert_eq!(b.queues["q"].now.submitted_per_s, 0.0);
         // A queue gone from Redis leaves the board.
         apply(&mut b, 14_000, Sampled::new());

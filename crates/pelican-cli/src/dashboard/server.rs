@@ -41,8 +41,14 @@ pub fn router(app: Arc<App>) -> Router {
         .route("/", get(index))
         .route("/queues/{queue}", get(queue_page))
         .route("/login", get(login))
-        .route("/assets/app.js", get(|| asset(APP_JS, "text/javascript; charset=utf-8")))
-        .route("/assets/style.css", get(|| asset(STYLE, "text/css; charset=utf-8")))
+        .route(
+            "/assets/app.js",
+            get(|| asset(APP_JS, "text/javascript; charset=utf-8")),
+        )
+        .route(
+            "/assets/style.css",
+            get(|| asset(STYLE, "text/css; charset=utf-8")),
+        )
         .route("/assets/icon.svg", get(|| asset(ICON, "image/svg+xml")))
         .nest("/api", api)
         .fallback(|| async {
@@ -77,7 +83,10 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    h.insert(header::REFERRER_POLICY, HeaderValue::from_static("no-referrer"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     res
 }

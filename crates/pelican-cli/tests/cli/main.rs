@@ -4,6 +4,7 @@
 mod support;
 
 mod bench;
+mod dashboard;
 mod dead;
 mod demo;
 mod exit_codes;
@@ -11,3 +12,5 @@ mod inspect;
 mod metrics;
 mod round_trip;
 mod stats;
+#[cfg(feature = "otel")]
+mod trace;

@@ -90,6 +90,11 @@ impl Proc {
         self.child.id() as i32
     }
 
+    /// What it printed on stdout so far.
+    pub fn stdout(&self) -> String {
+        self.stdout.lock().unwrap().clone()
+    }
+
     /// What it printed on stderr so far.
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()

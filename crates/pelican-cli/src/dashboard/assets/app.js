@@ -13,7 +13,7 @@
   function el(tag, attrs, ...kids) {
     const e = document.createElement(tag);
     setAttrs(e, attrs);
-    for (const k of kids.flat()) {
+    for (const k of kids.flat(Infinity)) {
       if (k === null || k === undefined || k === false) continue;
       e.append(k instanceof Node ? k : document.createTextNode(String(k)));
     }
@@ -68,7 +68,8 @@
     if (ms < 60000) return (ms / 1000).toFixed(2) + " s";
     const s = Math.round(ms / 1000);
     if (s < 3600) return Math.floor(s / 60) + "m" + String(s % 60).padStart(2, "0") + "s";
-    return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+    if (s < 86400) return Math.floor(s / 3600) + "h" + String(Math.floor((s % 3600) / 60)).padStart(2, "0") + "m";
+    return Math.floor(s / 86400) + "d " + Math.floor((s % 86400) / 3600) + "h";
   }
 
   function when(epochMs) {
@@ -333,7 +334,8 @@
     const multi = d.partitions.length > 1;
     const rows = d.consumers.map((c) => el("tr", { "data-consumer": c.name },
       el("td", {}, el("span", { class: "mono" }, c.name), multi ? el("div", { class: "muted" }, c.partition) : null),
-      el("td", { class: "r" }, int(c.pending)),
+      // what it holds now (the list is read live; the sample may be a second old)
+      el("td", { class: "r" }, int(c.held.length >= 100 ? c.pending : c.held.length)),
       el("td", { class: "r" }, dur(c.idle_ms)),
       el("td", {}, c.held.length
         ? el("ul", { class: "held" }, c.held.slice(0, 8).map((h) => el("li", {},

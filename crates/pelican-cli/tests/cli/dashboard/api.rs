@@ -1,0 +1,316 @@
+//! The dashboard's JSON API and its rules, over HTTP, against a real Redis.
+
+use super::http::{get, request};
+use super::{bury, xlen, Dashboard, DEADLINE};
+use crate::support::Env;
+use pelican_testkit::eventually_sync;
+
+fn keys(env: &Env, queue: &str) -> pelican::Keys {
+    pelican::QueueConfig::new(env.server.url(), queue).keys()
+}
+
+/// Queues are found in Redis (a partitioned queue once), unknown names and ids get
+/// clear errors, and a foreign Host is refused.
+#[test]
+fn queues_are_found_and_bad_input_gets_clear_errors() {
+    let env = Env::new("dash-api");
+    let q = keys(&env, &env.queue);
+    bury(&env, &q, "poison-1", r#"{"poison": true}"#);
+    let mut c = redis::Client::open(env.server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    // Two partitions of one queue "parted": keys pelican:{parted#0}:..., {parted#1}.
+    for tag in ["parted#0", "parted#1"] {
+        let k = pelican::Keys::new("pelican", tag);
+        let _: String = redis::cmd("XADD")
+            .arg(k.stream())
+            .arg("*")
+            .arg("rid")
+            .arg("r")
+            .query(&mut c)
+            .unwrap();
+    }
+    let d = Dashboard::start(&env, &[]);
+    let mine = d.wait_for_queue(&env.queue);
+    assert_eq!(mine["dead_letters"], 1, "{mine}");
+    let parted = d.wait_for_queue("parted");
+    assert_eq!(
+        parted["partitions"],
+        serde_json::json!(["parted#0", "parted#1"])
+    );
+    assert_eq!(parted["queued"], 2, "{parted}");
+    let all = get(&d.addr, "/api/queues").json();
+    let names: Vec<&str> = all["queues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| q["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "parted").count(),
+        1,
+        "{names:?}"
+    );
+    assert!(!names.iter().any(|n| n.contains('#')), "{names:?}");
+
+    // The page and the API of a queue that exists.
+    let page = get(&d.addr, &format!("/queues/{}", env.queue));
+    assert_eq!(page.status, 200);
+    assert!(page.body.contains("/assets/app.js"), "{page:?}");
+    let one = get(&d.addr, &format!("/api/queues/{}", env.queue)).json();
+    assert_eq!(one["queue"]["name"], env.queue.as_str());
+    let dead = get(&d.addr, &format!("/api/queues/{}/dead", env.queue)).json();
+    assert_eq!(dead["total"], 1);
+    assert_eq!(dead["letters"][0]["rid"], "poison-1");
+    assert_eq!(dead["letters"][0]["deliveries"], 3);
+    assert_eq!(dead["letters"][0]["body_preview"], r#"{"poison": true}"#);
+
+    // Unknown queue: 404, as JSON and as a page, saying which queues there are.
+    let a = get(&d.addr, "/api/queues/nope");
+    assert_eq!(a.status, 404, "{a:?}");
+    let msg = a.json()["error"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("no queue \"nope\"") && msg.contains("parted"),
+        "{msg}"
+    );
+    let p = get(&d.addr, "/queues/nope");
+    assert_eq!(p.status, 404);
+    assert!(p.body.contains("No such queue"), "{p:?}");
+    // Not a queue name at all (a brace): 400.
+    let b = get(&d.addr, "/api/queues/bad%7Bname/dead");
+    assert_eq!(b.status, 400, "{b:?}");
+    assert!(
+        b.json()["error"].as_str().unwrap().contains("queue name"),
+        "{b:?}"
+    );
+    assert_eq!(get(&d.addr, "/queues/bad%7Bname").status, 400);
+    // Unknown and malformed request ids.
+    let r = get(
+        &d.addr,
+        &format!("/api/queues/{}/requests/never-seen", env.queue),
+    );
+    assert_eq!(r.status, 404, "{r:?}");
+    assert!(r.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("knows no request"));
+    let long = "x".repeat(300);
+    let r = get(
+        &d.addr,
+        &format!("/api/queues/{}/requests/{long}", env.queue),
+    );
+    assert_eq!(r.status, 400, "{r:?}");
+    // No such route.
+    assert_eq!(get(&d.addr, "/api/nothing").status, 404);
+    assert_eq!(get(&d.addr, "/nothing").status, 404);
+    // A page of another site whose name points at 127.0.0.1 (DNS rebinding): refused.
+    let evil = request(
+        &d.addr,
+        "GET",
+        "/api/queues",
+        &[("Host", "evil.example:80")],
+    );
+    assert_eq!(evil.status, 403, "{evil:?}");
+    assert!(evil.body.contains("loopback host name"), "{evil:?}");
+    // Security headers on every answer.
+    let csp = page.header("content-security-policy").unwrap();
+    assert!(csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"));
+}
+
+/// Requeue and purge need the token and the dashboard's own origin: 401 without the
+/// token, 403 from another origin, and nothing changes until both are right.
+#[test]
+fn mutations_need_the_token_and_the_own_origin() {
+    let env = Env::new("dash-auth");
+    let q = keys(&env, &env.queue);
+    let id = bury(&env, &q, "poison-2", r#"{"n": 2}"#);
+    let d = Dashboard::start(&env, &[]);
+    d.wait_for_queue(&env.queue);
+    let token = d.token.clone().expect("a login link with a token");
+    assert_eq!(token.len(), 32, "a random 128-bit token: {token}");
+    let path = format!("/api/queues/{}/dead/{id}/requeue", env.queue);
+    let own = format!("http://{}", d.addr);
+    let cookie = format!("pelican_dashboard={token}");
+
+    let a = request(&d.addr, "POST", &path, &[("Origin", &own)]);
+    assert_eq!(a.status, 401, "{a:?}");
+    assert!(a.json()["error"].as_str().unwrap().contains("login link"));
+    let a = request(
+        &d.addr,
+        "POST",
+        &path,
+        &[
+            ("Origin", &own),
+            ("Cookie", "pelican_dashboard=0123456789abcdef0123"),
+        ],
+    );
+    assert_eq!(a.status, 401, "{a:?}");
+    let a = request(
+        &d.addr,
+        "POST",
+        &path,
+        &[("Origin", "http://evil.example"), ("Cookie", &cookie)],
+    );
+    assert_eq!(a.status, 403, "{a:?}");
+    let a = request(
+        &d.addr,
+        "POST",
+        &path,
+        &[("Sec-Fetch-Site", "cross-site"), ("Cookie", &cookie)],
+    );
+    assert_eq!(a.status, 403, "{a:?}");
+    // A cookie alone, with no sign of where the request comes from: refused too.
+    let a = request(&d.addr, "POST", &path, &[("Cookie", &cookie)]);
+    assert_eq!(a.status, 403, "{a:?}");
+    assert_eq!(xlen(&env, q.dead()), 1, "nothing was requeued yet");
+    let info = get(&d.addr, "/api/info").json();
+    assert_eq!(info["can_mutate"], false);
+
+    // The login link sets the cookie and sends the browser to the overview.
+    let login = get(&d.addr, &format!("/login?token={token}"));
+    assert_eq!(login.status, 303, "{login:?}");
+    assert_eq!(login.header("location"), Some("/"));
+    let set = login.header("set-cookie").unwrap();
+    assert!(
+        set.starts_with(&cookie) && set.contains("HttpOnly") && set.contains("SameSite=Strict")
+    );
+    assert_eq!(get(&d.addr, "/login?token=wrong").status, 401);
+    let info = request(&d.addr, "GET", "/api/info", &[("Cookie", &cookie)]).json();
+    assert_eq!(info["can_mutate"], true);
+
+    // Bad and unknown ids, with the token.
+    let bad = request(
+        &d.addr,
+        "POST",
+        &format!("/api/queues/{}/dead/not-an-id/requeue", env.queue),
+        &[("Origin", &own), ("Cookie", &cookie)],
+    );
+    assert_eq!(bad.status, 400, "{bad:?}");
+    assert!(bad.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("not a dead-letter id"));
+    let gone = request(
+        &d.addr,
+        "POST",
+        &format!("/api/queues/{}/dead/1-999/requeue", env.queue),
+        &[("Origin", &own), ("Cookie", &cookie)],
+    );
+    assert_eq!(gone.status, 404, "{gone:?}");
+
+    // The page's own request: requeued, the letter leaves the dead-letter stream and a
+    // fresh entry is queued.
+    let ok = request(
+        &d.addr,
+        "POST",
+        &path,
+        &[
+            ("Origin", &own),
+            ("Sec-Fetch-Site", "same-origin"),
+            ("Cookie", &cookie),
+        ],
+    );
+    assert_eq!(ok.status, 200, "{ok:?}");
+    assert_eq!(ok.json()["id"], id.as_str());
+    assert_eq!(xlen(&env, q.dead()), 0);
+    assert_eq!(xlen(&env, q.stream()), 1);
+
+    // A script with the token in the Authorization header: purge.
+    bury(&env, &q, "poison-3", "{}");
+    bury(&env, &q, "poison-4", "{}");
+    let purge = format!("/api/queues/{}/dead/purge", env.queue);
+    let a = request(
+        &d.addr,
+        "POST",
+        &purge,
+        &[("Authorization", "Bearer nope-nope-nope-nope")],
+    );
+    assert_eq!(a.status, 401, "{a:?}");
+    assert_eq!(xlen(&env, q.dead()), 2);
+    let auth = format!("Bearer {token}");
+    let a = request(&d.addr, "POST", &purge, &[("Authorization", &auth)]);
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(a.json()["purged"], 2);
+    assert_eq!(xlen(&env, q.dead()), 0);
+}
+
+/// `--read-only` serves no mutation at all, whatever the request carries.
+#[test]
+fn read_only_serves_no_mutation() {
+    let env = Env::new("dash-ro");
+    let q = keys(&env, &env.queue);
+    let id = bury(&env, &q, "poison-5", "{}");
+    let d = Dashboard::start(&env, &["--read-only", "--token", "read-only-token-123456"]);
+    assert!(d.proc.stdout().contains("read-only"), "{}", d.proc.stdout());
+    d.wait_for_queue(&env.queue);
+    let own = format!("http://{}", d.addr);
+    for path in [
+        format!("/api/queues/{}/dead/{id}/requeue", env.queue),
+        format!("/api/queues/{}/dead/requeue-all", env.queue),
+        format!("/api/queues/{}/dead/purge", env.queue),
+    ] {
+        let a = request(
+            &d.addr,
+            "POST",
+            &path,
+            &[
+                ("Origin", &own),
+                ("Authorization", "Bearer read-only-token-123456"),
+            ],
+        );
+        assert!(a.status == 404 || a.status == 405, "{path}: {a:?}");
+    }
+    assert_eq!(xlen(&env, q.dead()), 1, "nothing changed");
+    let info = get(&d.addr, "/api/info").json();
+    assert_eq!(info["read_only"], true);
+    assert_eq!(info["can_mutate"], false);
+}
+
+/// A non-loopback address needs a token; a weak token is refused.
+#[test]
+fn refuses_a_public_address_without_a_token() {
+    let env = Env::new("dash-listen");
+    let out = env.run(&["dashboard", "--listen", "0.0.0.0:0"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("without --token"), "{out:?}");
+    let out = env.run(&["dashboard", "--token", "short"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("at least 16"), "{out:?}");
+    let out = env.run(&["dashboard", "--prefix", "bad{prefix"]);
+    assert_eq!(out.code, 2, "{out:?}");
+}
+
+/// Redis going away is shown, not fatal: the overview reports it, calls that need Redis
+/// answer 503 with the cause, and the page still loads.
+#[test]
+fn redis_down_is_reported_and_the_dashboard_lives_on() {
+    let mut env = Env::new("dash-down");
+    let q = keys(&env, &env.queue);
+    bury(&env, &q, "poison-6", "{}");
+    let d = Dashboard::start(&env, &[]);
+    d.wait_for_queue(&env.queue);
+    env.server.kill();
+    eventually_sync(DEADLINE, "the overview to report Redis down", || {
+        get(&d.addr, "/api/queues").json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot read Redis"))
+    });
+    let a = get(&d.addr, &format!("/api/queues/{}/dead", env.queue));
+    assert_eq!(a.status, 503, "{a:?}");
+    assert!(
+        a.json()["error"].as_str().unwrap().contains("Redis"),
+        "{a:?}"
+    );
+    // The queue's numbers: the last ones read, with the error for the page's banner.
+    let a = get(&d.addr, &format!("/api/queues/{}", env.queue));
+    assert_eq!(a.status, 200, "{a:?}");
+    assert!(a.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("cannot read Redis"));
+    assert_eq!(get(&d.addr, "/").status, 200);
+    // The last numbers are kept for the page.
+    let all = get(&d.addr, "/api/queues").json();
+    assert_eq!(all["queues"][0]["dead_letters"], 1, "{all}");
+}
