@@ -152,7 +152,7 @@ pub async fn run(mut conn: ConnectionManager, prefix: String, board: SharedBoard
         tick.tick().await;
         let again = std::mem::take(&mut board.write().expect("board lock").rediscover);
         let result = async {
-            if again || found.is_none() || n % DISCOVER_EVERY == 0 {
+            if again || found.is_none() || n.is_multiple_of(DISCOVER_EVERY) {
                 found = Some(discover::discover(&mut conn, &prefix).await?);
             }
             sample_all(&mut conn, &prefix, found.as_ref().expect("discovered")).await

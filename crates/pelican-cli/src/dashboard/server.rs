@@ -91,8 +91,8 @@ async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Respons
     res
 }
 
-fn asset(body: &'static str, kind: &'static str) -> impl std::future::Future<Output = Response> {
-    async move { ([(header::CONTENT_TYPE, kind)], body).into_response() }
+async fn asset(body: &'static str, kind: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, kind)], body).into_response()
 }
 
 async fn index() -> Html<&'static str> {
@@ -123,17 +123,30 @@ async fn queue_page(State(app): State<Arc<App>>, Path(name): Path<String>) -> Re
     }
 }
 
-/// `/login?token=T`: sets the cookie and goes to the overview (so the token leaves the
-/// address bar).
+/// `/login?token=T[&next=/queues/Q]`: sets the cookie and goes to the overview, or to
+/// the queue named by `next` (so the token leaves the address bar).
 async fn login(State(app): State<Arc<App>>, RawQuery(q): RawQuery) -> Response {
-    let given = q
-        .as_deref()
-        .unwrap_or("")
-        .split('&')
-        .filter_map(|kv| kv.split_once('='))
-        .find(|(k, _)| *k == "token")
-        .map(|(_, v)| v);
-    match given {
+    let q = q.unwrap_or_default();
+    let param = |name: &str| {
+        q.split('&')
+            .filter_map(|kv| kv.split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v.to_string())
+    };
+    let given = param("token");
+    // Only a page of this dashboard: `/queues/` and a name's characters, nothing that
+    // could lead elsewhere.
+    let next = param("next")
+        .filter(|n| {
+            n.strip_prefix("/queues/").is_some_and(|name| {
+                !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"._-:%".contains(&b))
+            })
+        })
+        .unwrap_or_else(|| "/".to_string());
+    match given.as_deref() {
         Some(t) if super::auth::same(t, &app.policy.token) => {
             let mut h = HeaderMap::new();
             let cookie = format!(
@@ -145,7 +158,10 @@ async fn login(State(app): State<Arc<App>>, RawQuery(q): RawQuery) -> Response {
                 header::SET_COOKIE,
                 HeaderValue::from_str(&cookie).expect("token characters are checked"),
             );
-            h.insert(header::LOCATION, HeaderValue::from_static("/"));
+            h.insert(
+                header::LOCATION,
+                HeaderValue::from_str(&next).expect("checked characters"),
+            );
             (StatusCode::SEE_OTHER, h).into_response()
         }
         _ => page(

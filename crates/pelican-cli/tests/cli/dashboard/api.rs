@@ -176,6 +176,23 @@ fn mutations_need_the_token_and_the_own_origin() {
         set.starts_with(&cookie) && set.contains("HttpOnly") && set.contains("SameSite=Strict")
     );
     assert_eq!(get(&d.addr, "/login?token=wrong").status, 401);
+    let to_queue = get(
+        &d.addr,
+        &format!("/login?token={token}&next=/queues/{}", env.queue),
+    );
+    assert_eq!(
+        to_queue.header("location"),
+        Some(format!("/queues/{}", env.queue).as_str())
+    );
+    for elsewhere in [
+        "//evil.example",
+        "https://evil.example",
+        "/queues/",
+        "/api/queues",
+    ] {
+        let a = get(&d.addr, &format!("/login?token={token}&next={elsewhere}"));
+        assert_eq!(a.header("location"), Some("/"), "next={elsewhere}");
+    }
     let info = request(&d.addr, "GET", "/api/info", &[("Cookie", &cookie)]).json();
     assert_eq!(info["can_mutate"], true);
 
