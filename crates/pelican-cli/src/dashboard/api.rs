@@ -20,6 +20,8 @@ use std::sync::Arc;
 
 /// Dead letters listed on the queue page.
 pub const DEAD_SHOWN: usize = 100;
+/// Least time between two SCANs for a queue name not seen yet.
+const LOOKUP_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
 /// Held entries listed per partition on the queue page.
 const HELD_SHOWN: usize = 100;
 
@@ -365,8 +367,27 @@ impl App {
         if let Err(e) = self.check_name(name) {
             return e;
         }
-        let mut conn = self.conn.clone();
-        match sampler::discover_now(&mut conn, &self.prefix, &self.board).await {
+        // At most one SCAN per interval for names nobody has seen: a page (or a script)
+        // asking for many unknown queues must not scan the key space each time.
+        let recent = {
+            let mut last = self.last_lookup.lock().expect("lookup lock");
+            let recent = last.is_some_and(|t| t.elapsed() < LOOKUP_EVERY);
+            if !recent {
+                *last = Some(std::time::Instant::now());
+            }
+            recent
+        };
+        let found = if recent {
+            let b = self.board.read().expect("board lock");
+            Ok(b.queues
+                .iter()
+                .map(|(n, q)| (n.clone(), q.now.partitions.iter().cloned().collect()))
+                .collect())
+        } else {
+            let mut conn = self.conn.clone();
+            sampler::discover_now(&mut conn, &self.prefix, &self.board).await
+        };
+        match found {
             Ok(found) if found.contains_key(name) => ApiError(
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!("queue {name:?} was just found; it is sampled within a second, try again"),

@@ -43,6 +43,8 @@ pub struct App {
     global: Global,
     admins: tokio::sync::Mutex<HashMap<String, Arc<Admin>>>,
     requeue_timeout: Duration,
+    /// When a page last made the dashboard look for a queue it had not seen.
+    last_lookup: std::sync::Mutex<Option<std::time::Instant>>,
 }
 
 /// Serves the dashboard until SIGINT/SIGTERM.
@@ -97,6 +99,7 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
         global: g.clone(),
         admins: Default::default(),
         requeue_timeout: REQUEUE_TIMEOUT,
+        last_lookup: Default::default(),
     });
     let sampler = tokio::spawn(sampler::run(conn, a.prefix.clone(), board));
     let _stop_sampler = AbortOnDrop(sampler);
