@@ -118,7 +118,7 @@
     for (const f of [0, 0.5, 1]) {
       const yy = y(top * f);
       s.append(svg("line", { class: "grid", x1: L, x2: W - R, y1: yy, y2: yy }));
-      s.append(svg("text", { class: "axis", x: L - 6, y: yy + 3.5, "text-anchor": "end" }, fmt(top * f)));
+      s.append(svg("text", { class: "axis", x: L - 6, y: yy + 3.5, "text-anchor": "end" }, f === 0 ? "0" : fmt(top * f)));
     }
     s.append(svg("text", { class: "axis", x: L, y: H - 4 }, dur(windowMs).replace("m00s", " min") + " ago"));
     s.append(svg("text", { class: "axis", x: W - R, y: H - 4, "text-anchor": "end" }, "now"));
