@@ -10,6 +10,7 @@
 //! - `faults`: dropped connections.
 //! - `refusals`: which Redis errors a caller may retry.
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
+//! - `trace`: the entry's trace context field `tp`.
 
 mod cluster;
 mod common;
@@ -22,3 +23,4 @@ mod processes;
 mod refusals;
 mod smoke;
 mod supervision;
+mod trace;
