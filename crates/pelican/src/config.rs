@@ -41,6 +41,9 @@ pub const DEFAULT_DEAD_MAXLEN: usize = 10_000;
 /// Default time `shutdown` waits for in-flight work before releasing it.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Most partitions a queue may have.
+pub const MAX_PARTITIONS: u32 = 1024;
+
 /// Longest accepted queue name.
 pub const MAX_QUEUE_NAME_LEN: usize = 128;
 /// Longest accepted caller-chosen request id.
@@ -85,6 +88,12 @@ pub struct QueueConfig {
     /// For `rediss://` URLs: the PEM certificate(s) of the CA to trust instead of the
     /// system's roots (a private CA). Default none. Needs the `tls` feature.
     pub tls_root_ca_pem: Option<Vec<u8>>,
+    /// How many partitions (streams) the queue is split into. Default 1: one stream, the
+    /// keys queues have always had. More partitions spread one queue over the nodes of a
+    /// Redis Cluster (each partition lives in its own slot); a producer routes each
+    /// request by its id, so dedup holds. Every process of a queue must use the same
+    /// number: the queue records it, and a process configured otherwise is refused.
+    pub partitions: u32,
 }
 
 impl std::fmt::Debug for QueueConfig {
@@ -100,6 +109,7 @@ impl std::fmt::Debug for QueueConfig {
             .field("consumer_gc_after", &self.consumer_gc_after)
             .field("dead_maxlen", &self.dead_maxlen)
             .field("reply_maxlen", &self.reply_maxlen)
+            .field("partitions", &self.partitions)
             .field(
                 "tls_root_ca_pem",
                 &self
@@ -142,7 +152,29 @@ impl QueueConfig {
             dead_maxlen: DEFAULT_DEAD_MAXLEN,
             reply_maxlen: DEFAULT_REPLY_MAXLEN,
             tls_root_ca_pem: None,
+            partitions: 1,
         }
+    }
+
+    /// Sets the number of partitions (see [`QueueConfig::partitions`]).
+    #[must_use]
+    pub fn with_partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions;
+        self
+    }
+
+    /// The partition request `rid` goes to: FNV-1a (64 bit) of its bytes, modulo the
+    /// number of partitions. Stable: every producer routes a request id alike.
+    pub fn partition_of(&self, rid: &str) -> u32 {
+        if self.partitions <= 1 {
+            return 0;
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in rid.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        (h % u64::from(self.partitions)) as u32
     }
 
     /// Sets the key prefix.
@@ -211,6 +243,12 @@ impl QueueConfig {
         positive("result_ttl", self.result_ttl)?;
         positive("janitor_interval", self.janitor_interval)?;
         positive("command_timeout", self.command_timeout)?;
+        if self.partitions == 0 || self.partitions > MAX_PARTITIONS {
+            return Err(Error::config(format!(
+                "partitions must be 1 to {MAX_PARTITIONS}, got {}",
+                self.partitions
+            )));
+        }
         if self.reply_maxlen == 0 || self.dead_maxlen == 0 {
             return Err(Error::config(
                 "reply_maxlen and dead_maxlen must be at least 1",
@@ -249,9 +287,15 @@ fn validate_name(what: &str, name: &str) -> Result<()> {
 }
 
 impl QueueConfig {
-    /// The Redis keys of this queue (for looking at Redis directly).
+    /// The Redis keys of this queue (for looking at Redis directly); with several
+    /// partitions, those of partition 0 (see [`QueueConfig::partition_keys`]).
     pub fn keys(&self) -> crate::Keys {
-        crate::Keys::new(&self.prefix, &self.name)
+        self.partition_keys(0)
+    }
+
+    /// The Redis keys of partition `partition`.
+    pub fn partition_keys(&self, partition: u32) -> crate::Keys {
+        crate::Keys::partition(&self.prefix, &self.name, partition, self.partitions)
     }
 
     /// The Redis client for the single-node URL `url` (this queue's, or one node of its
@@ -545,6 +589,24 @@ fn positive(what: &str, d: Duration) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_are_routed_stably_and_spread() {
+        let q = QueueConfig::new("redis://h:1", "q").with_partitions(6);
+        // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c.
+        assert_eq!(q.partition_of("a"), (0xaf63_dc4c_8601_ec8c_u64 % 6) as u32);
+        let mut counts = [0u32; 6];
+        for i in 0..6000 {
+            counts[q.partition_of(&format!("{i:032x}")) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&n| (800..1200).contains(&n)),
+            "{counts:?}"
+        );
+        assert_eq!(QueueConfig::new("redis://h:1", "q").partition_of("a"), 0);
+        assert!(q.clone().with_partitions(0).validate().is_err());
+        assert!(q.with_partitions(MAX_PARTITIONS + 1).validate().is_err());
+    }
 
     #[test]
     fn passwords_are_redacted() {

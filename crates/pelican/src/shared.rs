@@ -13,36 +13,77 @@ use crate::protocol::scripts::Scripts;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// One partition of a connected queue (a queue of one partition has one): its keys, and
+/// what all partitions share (the connection, the scripts, the metrics).
 pub(crate) struct Shared {
     pub(crate) queue: QueueConfig,
+    /// Which partition: 0 to `queue.partitions - 1`.
+    pub(crate) partition: u32,
     pub(crate) keys: Keys,
     pub(crate) endpoint: Endpoint,
     pub(crate) conn: Conn,
-    pub(crate) scripts: Scripts,
+    pub(crate) scripts: Arc<Scripts>,
     pub(crate) metrics: Metrics,
 }
 
 impl Shared {
-    pub(crate) async fn connect(queue: &QueueConfig) -> Result<Arc<Shared>> {
-        let shared = Shared::connect_only(queue).await?;
-        shared.ensure_group().await?;
-        Ok(shared)
+    /// Connects to the queue (one `Shared` per partition, one connection for all),
+    /// checks or records its number of partitions, and creates the streams and consumer
+    /// groups that are missing.
+    pub(crate) async fn connect(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
+        let parts = Shared::connect_parts(queue).await?;
+        let mut conn = parts[0].conn();
+        let key = &parts[0].keys.partitions;
+        // Recorded by the first process of the queue; any later one must agree.
+        let (_, recorded): ((), Option<u32>) = redis::pipe()
+            .cmd("SET")
+            .arg(key)
+            .arg(queue.partitions)
+            .arg("NX")
+            .cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| Error::redis("recording the queue's number of partitions", e))?;
+        check_partitions(queue, recorded)?;
+        for part in &parts {
+            part.ensure_group().await?;
+        }
+        Ok(parts)
     }
 
-    /// Connects without creating anything in Redis (for read-only tools).
-    pub(crate) async fn connect_only(queue: &QueueConfig) -> Result<Arc<Shared>> {
+    /// Connects without creating anything in Redis (for operators' tools); still refuses
+    /// a number of partitions other than the queue's recorded one.
+    pub(crate) async fn connect_only(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
+        let parts = Shared::connect_parts(queue).await?;
+        let recorded: Option<u32> = redis::cmd("GET")
+            .arg(&parts[0].keys.partitions)
+            .query_async(&mut parts[0].conn())
+            .await
+            .map_err(|e| Error::redis("reading the queue's number of partitions", e))?;
+        check_partitions(queue, recorded)?;
+        Ok(parts)
+    }
+
+    async fn connect_parts(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
         queue.validate()?;
         let endpoint = Endpoint::of(queue)?;
         let conn = endpoint.connect(queue).await?;
-        let shared = Arc::new(Shared {
-            keys: Keys::new(&queue.prefix, &queue.name),
-            queue: queue.clone(),
-            endpoint,
-            conn,
-            scripts: Scripts::new(),
-            metrics: Metrics::new(&queue.name),
-        });
-        Ok(shared)
+        let scripts = Arc::new(Scripts::new());
+        let metrics = Metrics::new(&queue.name);
+        Ok((0..queue.partitions)
+            .map(|p| {
+                Arc::new(Shared {
+                    keys: queue.partition_keys(p),
+                    partition: p,
+                    queue: queue.clone(),
+                    endpoint: endpoint.clone(),
+                    conn: conn.clone(),
+                    scripts: scripts.clone(),
+                    metrics: metrics.clone(),
+                })
+            })
+            .collect())
     }
 
     pub(crate) fn conn(&self) -> Conn {
@@ -142,6 +183,20 @@ impl Shared {
             tracing::debug!(queue = %q.name, ?report, "janitor");
         }
         Ok(report)
+    }
+}
+
+/// Refuses a process whose number of partitions differs from the queue's.
+fn check_partitions(queue: &QueueConfig, recorded: Option<u32>) -> Result<()> {
+    match recorded {
+        Some(n) if n != queue.partitions => Err(Error::config(format!(
+            "queue {:?} has {n} partition(s), but this process is configured with {}: every \
+             process of a queue must use the queue's number (--partitions / \
+             PELICAN_PARTITIONS, QueueConfig::with_partitions); to change it, drain the \
+             queue first (docs/PROTOCOL.md, \"Partitions\")",
+            queue.name, queue.partitions
+        ))),
+        _ => Ok(()),
     }
 }
 

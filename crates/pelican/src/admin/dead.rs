@@ -30,6 +30,8 @@ pub struct DeadLetter {
     pub body_len: usize,
     /// The first bytes of the body, lossy UTF-8.
     pub body_preview: String,
+    /// The partition it belongs to (0 for a queue of one partition).
+    pub partition: u32,
 }
 
 /// The oldest `count` dead letters.
@@ -62,6 +64,7 @@ pub(super) async fn dead_letters(sh: &Shared, count: usize) -> Result<Vec<DeadLe
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(body.len()),
                 body_preview: String::from_utf8_lossy(&body[..preview_len]).into_owned(),
+                partition: sh.partition,
             }
         })
         .collect())
@@ -144,7 +147,7 @@ pub(super) async fn purge_dead(sh: &Shared) -> Result<u64> {
 }
 
 /// `<ms>-<seq>`, both decimal.
-fn is_stream_id(id: &str) -> bool {
+pub(super) fn is_stream_id(id: &str) -> bool {
     match id.split_once('-') {
         Some((ms, seq)) => {
             !ms.is_empty()

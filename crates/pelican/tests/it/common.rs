@@ -208,8 +208,9 @@ impl Probe {
     }
 
     /// Keys that must not outlive the work: pending indexes and anything that is
-    /// neither the stream, the dead-letter stream, the janitor lock, a cached outcome
-    /// nor one of the `live_producers`' reply streams.
+    /// neither the stream, the dead-letter stream, the janitor lock, the record of the
+    /// number of partitions, a cached outcome nor one of the `live_producers`' reply
+    /// streams.
     pub async fn leftovers(&self, live_producers: &[&str]) -> Vec<String> {
         let mut out = Vec::new();
         let req = self.names.req("");
@@ -218,16 +219,15 @@ impl Probe {
                 self.stream(),
                 self.dead(),
                 self.names.janitor_lock().to_string(),
+                self.names.partitions().to_string(),
             ];
             if fixed.contains(&k) || live_producers.iter().any(|p| k == self.reply(p)) {
                 continue;
             }
             if k.starts_with(&req) {
                 match self.get(&k).await {
-                    // a cached outcome: a tag byte O/E/D/X/C then the payload
-                    Some(v) if matches!(v.first(), Some(b'O' | b'E' | b'D' | b'X' | b'C')) => {
-                        continue
-                    }
+                    // a cached outcome: a tag byte O/E/D/X then the payload
+                    Some(v) if matches!(v.first(), Some(b'O' | b'E' | b'D' | b'X')) => continue,
                     None => continue, // expired meanwhile
                     Some(v) => out.push(format!("{k} = {}", String::from_utf8_lossy(&v))),
                 }
