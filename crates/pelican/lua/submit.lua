@@ -2,20 +2,21 @@
 -- KEYS[1] stream            P:{Q}:stream
 -- KEYS[2] request prefix    P:{Q}:req:     (rid appended here; same hash tag)
 -- KEYS[3] reply prefix      P:{Q}:reply:
--- ARGV[1] now (ms)   ARGV[2] producer id   ARGV[3] grace (ms the index outlives the deadline)
--- ARGV[4] group      ARGV[5] result ttl (ms)   ARGV[6] reply maxlen
--- ARGV[7..] quadruples: rid, deadline (ms), index ttl (ms: time to the deadline plus
---           grace, at least grace + 1), body
+-- ARGV[1] now (ms)   ARGV[2] producer id   ARGV[3] group
+-- ARGV[4] result ttl (ms: also how long an index outlives its deadline)
+-- ARGV[5] reply maxlen
+-- ARGV[6..] quadruples: rid, deadline (ms), index ttl (ms: time to the deadline plus
+--           result ttl, at least result ttl + 1), body
 -- Numbers are passed on to Redis as the strings they came in: Lua would format a number
 -- with printf's %.17g, a real share of the server's time at high rates.
 -- Reply: one string per request, in order:
 --   "+<sid>" queued as a new stream entry   "=" joined a request already in flight
 --   an outcome ("O..", "E..", "D..", "X..") the cached result of a finished request
 local stream, reqp, replyp = KEYS[1], KEYS[2], KEYS[3]
-local now, producer, grace = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local group, ttl, maxlen = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+local now, producer, group = tonumber(ARGV[1]), ARGV[2], ARGV[3]
+local grace, maxlen = tonumber(ARGV[4]), ARGV[5]
 local out = {}
-for i = 7, #ARGV, 4 do
+for i = 6, #ARGV, 4 do
   local rid, deadline, index_ttl, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local key = reqp .. rid
   local v = redis.pcall('GET', key)

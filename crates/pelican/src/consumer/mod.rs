@@ -21,6 +21,7 @@ use crate::config::{ConsumerConfig, QueueConfig};
 use crate::conn::retry::retry_if_dropped;
 use crate::error::{Error, Result};
 use crate::ids;
+use crate::protocol::scripts::Release;
 use crate::shared::Shared;
 use crate::task::TaskSet;
 use futures_util::FutureExt;
@@ -230,16 +231,15 @@ where
         // Release everything still owned (including entries a cancelled read may have
         // delivered unseen), then leave the group if nothing is left.
         let sh = &self.inner.shared;
-        let mut release = sh.scripts.release.prepare_invoke();
-        release
-            .key(&sh.keys.stream)
-            .arg(&sh.keys.group)
-            .arg(&self.inner.name)
-            .arg(ms(self.inner.config.claim_idle));
+        let release = Release {
+            consumer: &self.inner.name,
+            idle_ms: ms(self.inner.config.claim_idle),
+        }
+        .call(&sh.scripts, []);
         // Idempotent: releasing an entry twice backdates it twice.
         let release = &release;
-        let released: i64 =
-            retry_if_dropped(move || async move { release.invoke_async(&mut sh.conn()).await })
+        let released =
+            retry_if_dropped(move || async move { release.invoke(&mut sh.conn()).await })
                 .await
                 .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
         if released == 0 {
