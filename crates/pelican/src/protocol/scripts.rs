@@ -51,7 +51,7 @@ impl Scripts {
             renew: Script::new(include_str!("../../lua/renew.lua")),
             release: Script::new(include_str!("../../lua/release.lua")),
             reject: with_lib(include_str!("../../lua/reject.lua")),
-            cancel: Script::new(include_str!("../../lua/cancel.lua")),
+            cancel: with_lib(include_str!("../../lua/cancel.lua")),
             janitor: with_lib(include_str!("../../lua/janitor.lua")),
             requeue: with_lib(include_str!("../../lua/requeue.lua")),
         }

@@ -133,7 +133,7 @@ impl Fixture {
 fn pending(sid: &str, deadline_ms: u64, waiters: &[&str]) -> Option<IndexValue> {
     Some(IndexValue::Pending(PendingIndex {
         sid: sid.to_string(),
-        deadline_ms: Some(deadline_ms),
+        deadline_ms,
         waiters: waiters.iter().map(|w| w.to_string()).collect(),
     }))
 }
