@@ -9,6 +9,10 @@
 -- the delivery count starts again. An indexed request gets a fresh index with no
 -- waiters (the dead outcome cached for it is replaced), unless the same rid is in
 -- flight again already: that entry's outcome is then cached for whoever asks again.
+-- All of a letter's work or none of it: everything that can fail on a key's contents is
+-- read before the first write (a request key of another type, a foreign client's, is
+-- replaced like any value that is not a pending index), so a second requeue of the same
+-- letter can never queue it twice.
 local stream, dead, reqp = KEYS[1], KEYS[2], KEYS[3]
 local now, deadline, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local px = tonumber(deadline) - tonumber(now) + ttl
@@ -22,11 +26,14 @@ for i = 4, #ARGV do
     if f['body'] then
       local rid = f['rid'] or ''
       local indexed = f['index'] or '0'
+      local fresh = false
+      if indexed == '1' and rid ~= '' then
+        local cur = redis.pcall('GET', reqp .. rid)
+        fresh = not index_parse(cur)
+      end
       sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', f['from'] or '',
         'deadline', deadline, 'at', now, 'index', indexed, 'body', f['body'])
-      local cur = nil
-      if rid ~= '' then cur = redis.call('GET', reqp .. rid) end
-      if indexed == '1' and rid ~= '' and not index_parse(cur) then
+      if fresh then
         redis.call('SET', reqp .. rid, index_pending(sid, deadline), 'PX', px)
       end
       redis.call('XDEL', dead, did)

@@ -1,11 +1,68 @@
-//! Keys of a queue that a foreign client wrote: a string at a request key that is
-//! neither an index nor an outcome. Every script finishes all of its work or none of it,
-//! and replaces what is not pelican's as if the key were absent.
+//! Keys of a queue that a foreign client wrote: a request key of another type, or a
+//! string there that is neither an index nor an outcome. Every script finishes all of its
+//! work or none of it, and replaces what is not pelican's as if the key were absent.
 
 use crate::common::*;
-use pelican::{Producer, Submitted};
+use pelican::{Admin, Producer, Submitted};
 use pelican_testkit::{eventually, RedisServer};
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+fn in_a_minute() -> String {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    (now.as_millis() + 60_000).to_string()
+}
+
+/// requeue.lua read the request key with `redis.call('GET')` after its XADD: a key of
+/// another type aborted the script with the entry added and the dead letter kept, so
+/// the next requeue queued the request a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requeue_over_a_request_key_of_another_type_queues_once() {
+    let server = RedisServer::start();
+    let q = queue(&server, "requeue-wrongtype");
+    let probe = Probe::new(&server, &q).await;
+    let admin = Admin::connect(q.clone()).await.unwrap();
+    let w = Worker::spawn(&q, fast_consumer(), 1, |r: Req, _| async move {
+        Ok(echo(&r, "w"))
+    })
+    .await;
+    let dl = in_a_minute();
+    probe
+        .xadd(&[
+            ("rid", b"r1"),
+            ("from", b"gone"),
+            ("index", b"1"),
+            ("deadline", dl.as_bytes()),
+            ("body", b"not json"),
+        ])
+        .await;
+    eventually(Duration::from_secs(10), "the dead letter", || async {
+        admin.dead_letters(10).await.unwrap().len() == 1
+    })
+    .await;
+    w.stop().await;
+    let letter = admin.dead_letters(10).await.unwrap().remove(0);
+    let key = probe.req("r1");
+    let _: i64 = probe.query(redis::cmd("DEL").arg(&key)).await;
+    let _: i64 = probe
+        .query(redis::cmd("HSET").arg(&key).arg("foreign").arg("hash"))
+        .await;
+    assert_eq!(probe.xlen().await, 0);
+
+    let ids = [letter.id.clone()];
+    let first = admin.requeue(&ids, Duration::from_secs(60)).await;
+    let second = admin.requeue(&ids, Duration::from_secs(60)).await;
+    assert_eq!(probe.xlen().await, 1, "queued exactly once");
+    assert!(admin.dead_letters(10).await.unwrap().is_empty());
+    let first = first.expect("the first requeue succeeds");
+    let sid = first[0].1.clone().expect("requeued");
+    assert_eq!(second.unwrap(), vec![(letter.id, None)], "no letter left");
+    // The foreign hash was replaced by the new entry's index.
+    let index = probe.get(&key).await.expect("an index");
+    assert!(
+        index.starts_with(format!("P{sid};").as_bytes()),
+        "{index:?}"
+    );
+}
 
 /// A request key holding a string that is neither a pending index nor an outcome:
 /// submit.lua joined one that began with `P` (the request was never queued, its caller
