@@ -196,10 +196,12 @@ end
 
 -- Pushes the outcomes collected by `finish`: one XADD per producer, not per outcome.
 -- NOMKSTREAM: a producer whose reply stream expired is gone; do not recreate it.
+-- pcall: a key of another type there (a foreign client's) must not abort the script
+-- after its work is done, losing the other producers' replies; that one cannot be told.
 local function flush_replies(q)
   for w, flat in pairs(replies) do
     for i = 1, #flat, 400 do
-      redis.call('XADD', q.replyp .. w, 'NOMKSTREAM', 'MAXLEN', '~', q.maxlen, '*',
+      redis.pcall('XADD', q.replyp .. w, 'NOMKSTREAM', 'MAXLEN', '~', q.maxlen, '*',
         unpack(flat, i, math.min(i + 399, #flat)))
     end
   end

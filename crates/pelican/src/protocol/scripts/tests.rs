@@ -1,6 +1,6 @@
 //! The typed calls against a real redis-server: the index values the scripts write
 //! decode in Rust (`lib.lua`'s `index_*` helpers and `protocol::index` agree), replies
-//! parse.
+//! parse, and a script meeting a foreign client's key finishes its work.
 
 use super::*;
 use crate::protocol::index::{IndexValue, PendingIndex};
@@ -230,4 +230,64 @@ async fn complete_records_the_first_outcome_and_submit_reads_it_back() {
         f.submit("p2", "r", now).await,
         SubmitAnswer::Cached(Outcome::decode(&ok).unwrap())
     );
+}
+
+/// A foreign client made a reply key a hash. Before the fix the script's last XADD
+/// failed with WRONGTYPE after the batch was recorded: the call failed and the
+/// replies of producers flushed after that one were lost.
+#[tokio::test]
+async fn a_reply_key_of_another_type_loses_no_other_reply() {
+    let f = fixture().await;
+    f.reply_stream("p1").await;
+    let _: i64 = f
+        .query(
+            redis::cmd("HSET")
+                .arg(f.keys.reply("ghost"))
+                .arg("foreign")
+                .arg("hash"),
+        )
+        .await;
+    for (rid, from) in [("a", "ghost"), ("b", "p1")] {
+        let _: String = f
+            .query(
+                redis::cmd("XADD")
+                    .arg(&f.keys.stream)
+                    .arg("*")
+                    .arg("rid")
+                    .arg(rid)
+                    .arg("from")
+                    .arg(from)
+                    .arg("index")
+                    .arg("0")
+                    .arg("body")
+                    .arg("{}"),
+            )
+            .await;
+    }
+    let sids = f.deliver().await;
+    assert_eq!(sids.len(), 2);
+    let ok = Outcome::Ok(b"{}".to_vec()).encode();
+    let recorded = Complete {
+        result_ttl_ms: TTL_MS,
+        reply_maxlen: 100,
+        now_ms: 1_700_000_000_000,
+    }
+    .call(
+        &f.scripts,
+        [("a", "ghost"), ("b", "p1")]
+            .iter()
+            .zip(&sids)
+            .map(|((rid, from), sid)| CompleteEntry {
+                sid,
+                rid,
+                from,
+                indexed: false,
+                outcome: &ok,
+            }),
+    )
+    .invoke(&mut f.conn.clone())
+    .await
+    .expect("the script finishes");
+    assert_eq!(recorded, vec![true, true]);
+    assert_eq!(f.replies("p1").await, vec![("b".to_string(), ok)]);
 }
