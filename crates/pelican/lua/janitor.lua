@@ -13,7 +13,13 @@ local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], group = ARGV[1],
   now = tonumber(ARGV[2]), ttl = tonumber(ARGV[6]), maxlen = ARGV[7] }
 local stream, group, now, lock = q.stream, q.group, q.now, KEYS[4]
 local interval, runner, gc_after, scan = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[8])
-if not redis.call('SET', lock, runner, 'NX', 'PX', interval) then return { 0, 0, 0, 0 } end
+if not redis.call('SET', lock, runner, 'NX', 'PX', interval) then
+  -- Held: by a run within the interval, unless it never expires. Then it is not a lock
+  -- of ours but a foreign client's key (of any type), which would stop every run for
+  -- good: take it over.
+  if redis.call('PTTL', lock) ~= -1 then return { 0, 0, 0, 0 } end
+  redis.call('SET', lock, runner, 'PX', interval)
+end
 if redis.call('EXISTS', stream) == 0 then return { 1, 0, 0, 0 } end
 
 local function kv(flat)

@@ -1,6 +1,7 @@
 //! Keys of a queue that a foreign client wrote: a request key of another type, or a
-//! string there that is neither an index nor an outcome. Every script finishes all of its
-//! work or none of it, and replaces what is not pelican's as if the key were absent.
+//! string there that is neither an index nor an outcome; a janitor lock that never
+//! expires. Every script finishes all of its work or none of it, and replaces what is
+//! not pelican's as if the key were absent.
 
 use crate::common::*;
 use pelican::{Admin, Producer, Submitted};
@@ -62,6 +63,30 @@ async fn requeue_over_a_request_key_of_another_type_queues_once() {
         index.starts_with(format!("P{sid};").as_bytes()),
         "{index:?}"
     );
+}
+
+/// The janitor's lock was `SET NX PX`: a lock key that never expires (a foreign
+/// client's, of any type) stopped every janitor run for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_janitor_takes_over_a_lock_that_never_expires() {
+    let server = RedisServer::start();
+    let q = queue(&server, "janitor-lock");
+    let probe = Probe::new(&server, &q).await;
+    let admin = Admin::connect(q.clone()).await.unwrap();
+    let lock = q.keys().janitor_lock().to_string();
+    let _: i64 = probe
+        .query(redis::cmd("HSET").arg(&lock).arg("foreign").arg("hash"))
+        .await;
+    assert!(
+        admin.janitor().await.unwrap().ran,
+        "ran over the foreign key"
+    );
+    let pttl: i64 = probe.query(redis::cmd("PTTL").arg(&lock)).await;
+    assert!(pttl > 0, "the lock expires: {pttl}");
+    assert!(!admin.janitor().await.unwrap().ran, "and locks again");
+    // A string without expiry is no lock of ours either.
+    let () = probe.query(redis::cmd("SET").arg(&lock).arg("x")).await;
+    assert!(admin.janitor().await.unwrap().ran);
 }
 
 /// A request key holding a string that is neither a pending index nor an outcome:
