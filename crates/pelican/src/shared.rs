@@ -7,14 +7,16 @@ use crate::config::QueueConfig;
 use crate::conn::{Conn, Endpoint, OwnConn};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::protocol::entry;
 use crate::protocol::keys::Keys;
-use crate::protocol::scripts::Scripts;
+use crate::protocol::scripts::{Janitor, Scripts};
 use std::sync::Arc;
 use std::time::Duration;
 
-/// One partition of a connected queue (a queue of one partition has one): its keys, and
-/// what all partitions share (the connection, the scripts, the metrics).
+/// How many undelivered entries one janitor run checks for expiry.
+const JANITOR_SCAN: usize = 100;
+
+/// One partition of a connected queue (a queue of one partition has one): its keys and
+/// scripts, and what all partitions share (the connection, the metrics).
 pub(crate) struct Shared {
     pub(crate) queue: QueueConfig,
     /// Which partition: 0 to `queue.partitions - 1`.
@@ -22,7 +24,7 @@ pub(crate) struct Shared {
     pub(crate) keys: Keys,
     pub(crate) endpoint: Endpoint,
     pub(crate) conn: Conn,
-    pub(crate) scripts: Arc<Scripts>,
+    pub(crate) scripts: Scripts,
     pub(crate) metrics: Metrics,
 }
 
@@ -69,17 +71,17 @@ impl Shared {
         queue.validate()?;
         let endpoint = Endpoint::of(queue)?;
         let conn = endpoint.connect(queue).await?;
-        let scripts = Arc::new(Scripts::new());
         let metrics = Metrics::new(&queue.name);
         Ok((0..queue.partitions)
             .map(|p| {
+                let keys = queue.partition_keys(p);
                 Arc::new(Shared {
-                    keys: queue.partition_keys(p),
+                    scripts: Scripts::new(keys.clone()),
+                    keys,
                     partition: p,
                     queue: queue.clone(),
                     endpoint: endpoint.clone(),
                     conn: conn.clone(),
-                    scripts: scripts.clone(),
                     metrics: metrics.clone(),
                 })
             })
@@ -153,32 +155,19 @@ impl Shared {
     /// Runs the janitor unless another process ran it within the interval.
     pub(crate) async fn janitor(&self, runner: &str) -> Result<JanitorReport> {
         let q = &self.queue;
-        let v: redis::Value = self
-            .scripts
-            .janitor
-            .key(&self.keys.stream)
-            .key(&self.keys.req_prefix)
-            .key(&self.keys.reply_prefix)
-            .key(&self.keys.janitor_lock)
-            .arg(&self.keys.group)
-            .arg(now_ms())
-            .arg(ms(q.janitor_interval).max(1))
-            .arg(runner)
-            .arg(ms(q.consumer_gc_after))
-            .arg(ms(q.result_ttl))
-            .arg(q.reply_maxlen)
-            .arg(100)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| Error::redis("running the janitor", e))?;
-        let a = entry::array(&v);
-        let n = |i: usize| a.get(i).and_then(entry::int).unwrap_or(0) as u64;
-        let report = JanitorReport {
-            ran: n(0) == 1,
-            trimmed: n(1),
-            expired: n(2),
-            consumers_removed: n(3),
-        };
+        let report = Janitor {
+            now_ms: now_ms(),
+            interval_ms: ms(q.janitor_interval).max(1),
+            runner,
+            consumer_gc_after_ms: ms(q.consumer_gc_after),
+            result_ttl_ms: ms(q.result_ttl),
+            reply_maxlen: q.reply_maxlen,
+            scan: JANITOR_SCAN,
+        }
+        .call(&self.scripts)
+        .invoke(&mut self.conn())
+        .await
+        .map_err(|e| Error::redis("running the janitor", e))?;
         if report.ran && (report.trimmed + report.expired + report.consumers_removed) > 0 {
             tracing::debug!(queue = %q.name, ?report, "janitor");
         }

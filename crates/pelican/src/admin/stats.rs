@@ -163,7 +163,7 @@ pub(super) async fn gather(sh: &Shared) -> Result<Stats> {
                 st.in_flight.push(InFlight {
                     rid: key[k.req_prefix.len()..].to_string(),
                     entry: p.sid,
-                    deadline_ms: p.deadline_ms.unwrap_or(0),
+                    deadline_ms: p.deadline_ms,
                     waiters: p.waiters,
                 });
             }

@@ -21,6 +21,7 @@ use crate::config::{ConsumerConfig, QueueConfig};
 use crate::conn::retry::retry_if_dropped;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
+use crate::protocol::scripts::Release;
 use crate::shared::Shared;
 use crate::task::TaskSet;
 use futures_util::FutureExt;
@@ -320,20 +321,18 @@ where
 /// Releases everything the consumer still owns in a partition (including entries a
 /// cancelled read may have delivered unseen), then leaves its group if nothing is left.
 /// Returns how many entries were released.
-async fn leave(part: &ConsumerState) -> Result<i64> {
+async fn leave(part: &ConsumerState) -> Result<u64> {
     let sh = &part.shared;
-    let mut release = sh.scripts.release.prepare_invoke();
-    release
-        .key(&sh.keys.stream)
-        .arg(&sh.keys.group)
-        .arg(&part.name)
-        .arg(ms(part.config.claim_idle));
+    let release = Release {
+        consumer: &part.name,
+        idle_ms: ms(part.config.claim_idle),
+    }
+    .call(&sh.scripts, []);
     // Idempotent: releasing an entry twice backdates it twice.
     let release = &release;
-    let released: i64 =
-        retry_if_dropped(move || async move { release.invoke_async(&mut sh.conn()).await })
-            .await
-            .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
+    let released = retry_if_dropped(move || async move { release.invoke(&mut sh.conn()).await })
+        .await
+        .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
     if released == 0 {
         let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
             .arg("DELCONSUMER")

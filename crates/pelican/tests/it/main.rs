@@ -6,6 +6,7 @@
 //! - `invariants`: one test (or a few) per invariant of DESIGN.md.
 //! - `lease`: invariant 5, leases kept and lost.
 //! - `garbage`: invariant 7, entries written by broken or foreign clients.
+//! - `foreign`: invariant 7, queue keys a foreign client wrote (another type, junk).
 //! - `processes`: dedup across producers in two OS processes.
 //! - `faults`: dropped connections.
 //! - `refusals`: which Redis errors a caller may retry.
@@ -14,6 +15,7 @@
 mod cluster;
 mod common;
 mod faults;
+mod foreign;
 mod garbage;
 mod invariants;
 mod lease;
