@@ -35,7 +35,8 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Global options")]
 pub struct Global {
-    /// Redis URL: redis://[user:password@]host[:port][/db].
+    /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// for TLS, or a
+    /// cluster: redis+cluster://[user:password@]host:port[,host:port...].
     #[arg(long = "redis", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, global = true, value_name = "URL")]
     pub redis: RedisUrl,
     /// Queue name: letters, digits and . _ - : (at most 128).
@@ -87,6 +88,11 @@ pub struct QueueSettings {
     /// group (a killed worker's name) [default: 3600000].
     #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub consumer_gc_after: Option<u64>,
+    /// How many partitions (streams) the queue is split into, e.g. to spread it over the
+    /// nodes of a Redis Cluster; the queue records it and refuses other values
+    /// [default: 1].
+    #[arg(long, global = true, env = "PELICAN_PARTITIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub partitions: Option<u32>,
 }
 
 /// The subcommands.
