@@ -462,6 +462,8 @@ pub struct ConsumerConfig {
     /// Default 5: a request that kills five consumers in a row is poison.
     pub max_deliveries: u32,
     /// How many deliveries the consumer holds at once (read ahead and in work). Default 16.
+    /// With P partitions, P - 1 more: each partition's reader holds one while it waits
+    /// on an empty stream, so a partition with work still gets `prefetch`.
     pub prefetch: usize,
     /// How long a blocking read waits for new entries. Default 2 s.
     pub block: Duration,

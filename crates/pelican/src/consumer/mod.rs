@@ -68,8 +68,10 @@ where
     pub async fn connect(queue: QueueConfig, mut config: ConsumerConfig) -> Result<Self> {
         config.validate()?;
         let parts = Shared::connect(&queue).await?;
-        // Every partition's reader holds a slot while it waits on its stream.
-        config.prefetch = config.prefetch.max(parts.len());
+        // Every partition's reader holds a slot while it waits on its stream: one more
+        // per extra partition, so a partition with work still gets `prefetch` while the
+        // others wait empty.
+        config.prefetch += parts.len() - 1;
         let name = config.name.clone().unwrap_or_else(ids::consumer_name);
         let (tx, rx) = mpsc::channel(config.prefetch);
         let slots = Arc::new(Semaphore::new(config.prefetch));
