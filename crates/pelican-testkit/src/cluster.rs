@@ -166,6 +166,27 @@ impl RedisCluster {
         }
     }
 
+    /// The indexes (in [`RedisCluster::nodes`]) of the replicas of node `master`.
+    pub fn replicas_of(&self, master: usize) -> Vec<usize> {
+        let port = self.nodes[master].port();
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.is_running())
+            .filter(|(_, n)| {
+                RespConn::connect(n.port(), Duration::from_millis(500))
+                    .and_then(|mut c| c.command(&["INFO", "replication"]))
+                    .ok()
+                    .and_then(|r| r.text())
+                    .is_some_and(|i| {
+                        i.lines().any(|l| l.trim() == "role:slave")
+                            && i.lines().any(|l| l.trim() == format!("master_port:{port}"))
+                    })
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
     fn wait_replicas_linked(&self) {
         let start = Instant::now();
         for node in &self.nodes {

@@ -90,25 +90,24 @@ async fn no_partition_starves_while_another_has_work() {
     let mut hot = Vec::new();
     for i in 0..HOT {
         let id = id_in(&q, 0, &format!("hot{i}"));
-        hot.push(p.submit_with_id(&id, &Req::new(i as u64, "hot")).await.unwrap());
+        hot.push(
+            p.submit_with_id(&id, &Req::new(i as u64, "hot"))
+                .await
+                .unwrap(),
+        );
     }
     let done = Arc::new(AtomicUsize::new(0));
     let d2 = done.clone();
-    let w = Worker::spawn(
-        &q,
-        fast_consumer().with_prefetch(4),
-        4,
-        move |r: Req, _| {
-            let done = d2.clone();
-            async move {
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                if r.tag == "hot" {
-                    done.fetch_add(1, Ordering::SeqCst);
-                }
-                Ok(echo(&r, "w"))
+    let w = Worker::spawn(&q, fast_consumer().with_prefetch(4), 4, move |r: Req, _| {
+        let done = d2.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if r.tag == "hot" {
+                done.fetch_add(1, Ordering::SeqCst);
             }
-        },
-    )
+            Ok(echo(&r, "w"))
+        }
+    })
     .await;
     // The hot backlog is flowing; now the cold requests come.
     eventually(Duration::from_secs(20), "the hot work started", || {
@@ -119,10 +118,16 @@ async fn no_partition_starves_while_another_has_work() {
     let mut cold = Vec::new();
     for part in 1..4 {
         let id = id_in(&q, part, "cold");
-        cold.push(p.submit_with_id(&id, &Req::new(1000 + part as u64, "cold")).await.unwrap());
+        cold.push(
+            p.submit_with_id(&id, &Req::new(1000 + part as u64, "cold"))
+                .await
+                .unwrap(),
+        );
     }
     for t in cold {
-        let r = within(Duration::from_secs(20), "a cold request", t).await.unwrap();
+        let r = within(Duration::from_secs(20), "a cold request", t)
+            .await
+            .unwrap();
         let hot_done = done.load(Ordering::SeqCst);
         assert!(
             hot_done < HOT / 2,
@@ -131,7 +136,9 @@ async fn no_partition_starves_while_another_has_work() {
         );
     }
     for t in hot {
-        within(Duration::from_secs(60), "the hot backlog", t).await.unwrap();
+        within(Duration::from_secs(60), "the hot backlog", t)
+            .await
+            .unwrap();
     }
     w.stop().await;
     p.shutdown().await.unwrap();
@@ -156,7 +163,11 @@ async fn dead_letters_across_partitions() {
     let mut ids = Vec::new();
     for part in 0..3 {
         let id = id_in(&q, part, "doomed");
-        let e = p.submit_with_id(&id, &Req::new(part as u64, "d")).await.unwrap().await;
+        let e = p
+            .submit_with_id(&id, &Req::new(part as u64, "d"))
+            .await
+            .unwrap()
+            .await;
         assert_eq!(e.unwrap_err().kind(), ErrorKind::Dead);
         ids.push(id);
     }
@@ -177,7 +188,11 @@ async fn dead_letters_across_partitions() {
     // A bare stream id means nothing with several partitions: a clear error.
     let bare = letters[0].id.split_once('/').unwrap().1.to_string();
     assert_eq!(
-        admin.requeue(&[bare], Duration::from_secs(60)).await.unwrap_err().kind(),
+        admin
+            .requeue(&[bare], Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .kind(),
         ErrorKind::Config
     );
     let requeued = admin

@@ -9,11 +9,13 @@
 //! - `foreign`: invariant 7, queue keys a foreign client wrote (another type, junk).
 //! - `processes`: dedup across producers in two OS processes.
 //! - `faults`: dropped connections.
+//! - `failover`: a cluster master killed mid-run, its replica promoted.
 //! - `refusals`: which Redis errors a caller may retry.
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 
 mod cluster;
 mod common;
+mod failover;
 mod faults;
 mod foreign;
 mod garbage;
