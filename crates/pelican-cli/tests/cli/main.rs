@@ -4,6 +4,7 @@
 mod support;
 
 mod bench;
+mod cluster;
 mod dead;
 mod demo;
 mod exit_codes;
