@@ -106,7 +106,13 @@ async fn core(fault: &str, t: &Target) -> Summary {
         String::from_utf8_lossy(&stats.stderr)
     );
     let stats: serde_json::Value = serde_json::from_slice(&stats.stdout).expect("stats JSON");
-    assert_eq!(stats["dead_letters"], 1, "{stats}");
+    if stats["dead_letters"] != 1 {
+        let dead = t.pelican(&queue, &["dead", "list"]);
+        panic!(
+            "expected one dead letter (the poison): {stats}\n{}",
+            String::from_utf8_lossy(&dead.stdout)
+        );
+    }
     let dead = t.pelican(&queue, &["dead", "list"]);
     assert!(
         dead.status.success(),
