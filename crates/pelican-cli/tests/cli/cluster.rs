@@ -68,6 +68,22 @@ fn round_trip_and_stats_over_a_cluster() {
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("has 6 partition(s)"), "{out:?}");
 
+    // Dead-letter ids carry their partition; a bare stream id is a usage error here.
+    let out = run(env.cmd(&["dead", "requeue", "1700000000000-0"]));
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("3/1700000000000-0"), "{out:?}");
+    let out = run(env.cmd(&["dead", "requeue", "2/1700000000000-0"]));
+    assert_eq!(
+        out.code, 1,
+        "a well-formed id that names no letter: {out:?}"
+    );
+    assert!(
+        out.stderr.contains("no dead letter 2/1700000000000-0"),
+        "{out:?}"
+    );
+    let out = run(env.cmd(&["--json", "dead", "list"]));
+    assert_eq!(out.code, 0, "{out:?}");
+
     worker.signal(libc::SIGTERM);
     let w = worker.wait(Duration::from_secs(20));
     assert_eq!(w.code, 0, "{w:?}");

@@ -292,3 +292,52 @@ async fn a_reply_key_of_another_type_loses_no_other_reply() {
     assert_eq!(recorded, vec![true, true]);
     assert_eq!(f.replies("p1").await, vec![("b".to_string(), ok)]);
 }
+
+/// A renewal of the newest of many entries in the consumer's pending list: it is still
+/// owned. The script used to page the pending list from its oldest entry, with a page
+/// of 2 x ids + 16, and reported the newest entries lost when the list was longer (the
+/// outcomes of older entries still being written): their handlers were cancelled.
+#[tokio::test]
+async fn renewing_the_newest_of_a_long_pending_list_loses_nothing() {
+    let f = fixture().await;
+    for i in 0..50 {
+        let _: String = f
+            .query(
+                redis::cmd("XADD")
+                    .arg(&f.keys.stream)
+                    .arg("*")
+                    .arg("i")
+                    .arg(i),
+            )
+            .await;
+    }
+    let read: Value = f
+        .query(
+            redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(&f.keys.group)
+                .arg("c1")
+                .arg("COUNT")
+                .arg(50)
+                .arg("STREAMS")
+                .arg(&f.keys.stream)
+                .arg(">"),
+        )
+        .await;
+    let entries = entry::read_into_entries(read);
+    assert_eq!(entries.len(), 50);
+    let newest: Vec<&str> = entries[45..].iter().map(|e| e.id.as_str()).collect();
+    let lost = Renew { consumer: "c1" }
+        .call(&f.scripts, newest.iter().copied())
+        .invoke(&mut f.conn.clone())
+        .await
+        .unwrap();
+    assert!(lost.is_empty(), "owned entries reported lost: {lost:?}");
+    // Another consumer's renewal of them: all lost (owner-checked).
+    let lost = Renew { consumer: "c2" }
+        .call(&f.scripts, newest.iter().copied())
+        .invoke(&mut f.conn.clone())
+        .await
+        .unwrap();
+    assert_eq!(lost.len(), 5);
+}
