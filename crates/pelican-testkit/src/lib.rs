@@ -2,7 +2,8 @@
 //! fault-injecting TCP proxy, plus small polling helpers.
 //!
 //! Everything here uses real processes and real sockets; nothing is mocked.
-//! `redis-server` and `redis-cli` must be on `PATH` (the helpers panic with a clear
+//! `redis-server` and `redis-cli` must be on `PATH` (or the server binary named by
+//! `PELICAN_TEST_REDIS_SERVER`, e.g. Valkey's; the helpers panic with a clear
 //! message otherwise, tests are never skipped silently).
 //!
 //! All handles clean up on `Drop` (also while unwinding from a panic): servers are
@@ -28,7 +29,7 @@ mod sys;
 
 pub use cluster::RedisCluster;
 pub use proxy::Proxy;
-pub use server::{RedisServer, RedisServerBuilder};
+pub use server::{server_binary, RedisServer, RedisServerBuilder, SERVER_ENV};
 
 /// Interval between two evaluations of the condition in [`eventually`] and
 /// [`eventually_sync`].
