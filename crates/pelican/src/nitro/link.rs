@@ -1,0 +1,67 @@
+//! A connected Nitro stream: what its consumer, producer and stats share (the settings,
+//! the keys, the scripts, the metrics and the shared connection).
+
+use super::config::StreamConfig;
+use super::keys::StreamKeys;
+use super::scripts::Scripts;
+use crate::conn::{self, OwnConn};
+use crate::error::{Error, Result};
+use crate::metrics::Metrics;
+use redis::aio::ConnectionManager;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub(crate) struct Link {
+    pub(crate) config: StreamConfig,
+    pub(crate) keys: StreamKeys,
+    client: redis::Client,
+    conn: ConnectionManager,
+    pub(crate) scripts: Scripts,
+    pub(crate) metrics: Metrics,
+}
+
+impl Link {
+    /// Connects; creates nothing in Redis.
+    pub(crate) async fn connect(config: &StreamConfig) -> Result<Arc<Link>> {
+        config.validate()?;
+        let q = config.connection();
+        let client = q.client()?;
+        let conn = conn::manager(&q, &client).await?;
+        Ok(Arc::new(Link {
+            keys: StreamKeys::new(&config.stream),
+            config: config.clone(),
+            client,
+            conn,
+            scripts: Scripts::new(),
+            metrics: Metrics::new(&config.stream),
+        }))
+    }
+
+    pub(crate) fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+
+    /// `XGROUP CREATE <s> <s> <start> MKSTREAM`; an existing group is fine (BUSYGROUP).
+    /// Nitro's producers start the group at `$`; after a loss, `0` delivers what was
+    /// added to the new stream before its group existed.
+    pub(crate) async fn create_group(&self, start: &str) -> Result<()> {
+        let r: redis::RedisResult<()> = redis::cmd("XGROUP")
+            .arg("CREATE")
+            .arg(&self.keys.stream)
+            .arg(self.keys.group())
+            .arg(start)
+            .arg("MKSTREAM")
+            .query_async(&mut self.conn())
+            .await;
+        match r {
+            Ok(()) => Ok(()),
+            Err(e) if e.code() == Some("BUSYGROUP") => Ok(()),
+            Err(e) => Err(Error::redis("creating the stream's consumer group", e)),
+        }
+    }
+
+    /// A connection of one task's own (a blocking reader, the outcome writer).
+    pub(crate) async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
+        conn::own_connection(&self.client, timeout).await
+    }
+}
