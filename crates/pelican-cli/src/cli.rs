@@ -114,6 +114,10 @@ pub enum Command {
     /// Needs a Redis on this machine (--redis, loopback only); the queue's keys are
     /// deleted at the end. With --json it prints one line of JSON.
     Bench(BenchArgs),
+    /// Nitro's wire format (Arbitrum's Redis-streams pubsub): serve a stream Nitro's
+    /// producers write (`worker`), send a request as they do (`call`), look at a stream
+    /// (`stats`). --queue is not used; --stream names the stream.
+    Nitro(NitroArgs),
 }
 
 /// `pelican inspect`.
@@ -249,3 +253,6 @@ pub enum DeadCommand {
 
 /// `pelican bench`: its arguments live with the benchmark.
 pub use crate::bench::BenchArgs;
+
+/// `pelican nitro`: its arguments live with the subcommand.
+pub use crate::nitro::NitroArgs;

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod cluster;
+pub mod nitro;
 mod proxy;
 mod resp;
 mod server;

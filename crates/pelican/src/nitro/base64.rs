@@ -28,7 +28,7 @@ pub fn encode(bytes: &[u8]) -> String {
 /// Decodes standard base64 with padding.
 pub fn decode(text: &str) -> Result<Vec<u8>, String> {
     let s = text.as_bytes();
-    if s.len() % 4 != 0 {
+    if !s.len().is_multiple_of(4) {
         return Err(format!("base64 length {} is not a multiple of 4", s.len()));
     }
     let mut out = Vec::with_capacity(s.len() / 4 * 3);

@@ -60,6 +60,19 @@ impl Link {
         }
     }
 
+    /// Registers consumer `name` in the group (`XGROUP CREATECONSUMER`): Redis 7.0
+    /// creates a consumer only at its first delivery, and an operator should see an
+    /// idle worker. Best effort: a missing group is created by the reader.
+    pub(crate) async fn register(&self, name: &str) {
+        let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
+            .arg("CREATECONSUMER")
+            .arg(&self.keys.stream)
+            .arg(self.keys.group())
+            .arg(name)
+            .query_async(&mut self.conn())
+            .await;
+    }
+
     /// A connection of one task's own (a blocking reader, the outcome writer).
     pub(crate) async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
         conn::own_connection(&self.client, timeout).await

@@ -8,6 +8,7 @@
 //! - `processes`: dedup across producers in two OS processes.
 //! - `faults`: dropped connections.
 //! - `refusals`: which Redis errors a caller may retry.
+//! - `nitro`: Nitro's wire format against a raw client of it (see `nitro/mod.rs`).
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 
 mod common;
@@ -16,6 +17,7 @@ mod garbage;
 mod invariants;
 mod lease;
 mod matrix;
+mod nitro;
 mod processes;
 mod refusals;
 mod smoke;

@@ -28,6 +28,8 @@ pub(super) async fn run(st: Arc<ConsumerState>) {
         if last_gc.elapsed() >= gc_every {
             last_gc = Instant::now();
             let link = &st.link;
+            // Another process's removal may have taken this (empty, idle) consumer out.
+            link.register(&st.name).await;
             let r: redis::RedisResult<i64> = link
                 .scripts
                 .gc

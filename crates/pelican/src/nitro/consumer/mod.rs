@@ -88,6 +88,7 @@ where
             writer,
             stop,
         });
+        st.link.register(&st.name).await;
         let tasks = TaskSet::new();
         // Not aborted with the others: dropped without `shutdown`, the consumer still
         // writes the answers and hand-backs it was given.

@@ -43,6 +43,9 @@ pub(super) async fn run<Req>(
     let mut conn = None;
     let mut backoff = Backoff::new();
     let mut next_reclaim = Instant::now();
+    // Until a read succeeds, a missing group is the normal start (the producers create
+    // it, as in Nitro); after that, it was lost.
+    let mut had_group = false;
     loop {
         let first = tokio::select! {
             p = st.slots.clone().acquire_owned() => p.expect("never closed"),
@@ -73,7 +76,7 @@ pub(super) async fn run<Req>(
                 }
                 Err(e) => {
                     if is_nogroup(&e) {
-                        recreate_group(&st, &mut backoff).await;
+                        recreate_group(&st, had_group, &mut backoff).await;
                     } else {
                         tracing::warn!(error = %format_args!("{e:#}"), "looking for idle entries failed");
                     }
@@ -124,6 +127,7 @@ pub(super) async fn run<Req>(
         match read {
             Ok(v) => {
                 backoff.reset();
+                had_group = true;
                 let entries = entry::read_into_entries(v);
                 if entries.is_empty() && cfg.reclaim {
                     // Idle: look for handed-back work now, not at the next interval.
@@ -137,7 +141,7 @@ pub(super) async fn run<Req>(
             }
             Err(e) if e.code() == Some("NOGROUP") => {
                 drop(hand);
-                recreate_group(&st, &mut backoff).await;
+                recreate_group(&st, had_group, &mut backoff).await;
             }
             Err(e) => {
                 tracing::warn!(error = %format_args!("{e:#}"), "read failed; reconnecting");
@@ -157,11 +161,18 @@ fn is_nogroup(e: &Error) -> bool {
 /// The stream or its group is gone (deleted, flushed, a restart without persistence; or
 /// a Nitro producer's XADD made the stream again without the group): create the group,
 /// at `0` so that entries added meanwhile are served.
-async fn recreate_group(st: &ConsumerState, backoff: &mut Backoff) {
-    tracing::warn!(stream = %st.link.keys.stream, "the stream or its consumer group is gone; creating the group again");
-    if let Err(e) = st.link.create_group("0").await {
-        tracing::warn!(error = %format_args!("{e:#}"), "cannot create the consumer group");
-        wait_or_stop(st, backoff.next()).await;
+async fn recreate_group(st: &ConsumerState, had_group: bool, backoff: &mut Backoff) {
+    if had_group {
+        tracing::warn!(stream = %st.link.keys.stream, "the stream or its consumer group is gone; creating the group again");
+    } else {
+        tracing::info!(stream = %st.link.keys.stream, "no consumer group yet (no producer has created it); creating it");
+    }
+    match st.link.create_group("0").await {
+        Ok(()) => st.link.register(&st.name).await,
+        Err(e) => {
+            tracing::warn!(error = %format_args!("{e:#}"), "cannot create the consumer group");
+            wait_or_stop(st, backoff.next()).await;
+        }
     }
 }
 
