@@ -97,6 +97,7 @@ async fn poll_once(inner: &Inner) -> Result<()> {
         inner.table.lock().unwrap().loss_suspected = true;
     }
     let mut found_keys = Vec::new();
+    let mut answered = Vec::new();
     let mut expired = Vec::new();
     for (c, chunk) in snapshot.chunks(MGET_CHUNK).enumerate() {
         let errors = entry::array(&replies[2 + 2 * c]);
@@ -104,25 +105,24 @@ async fn poll_once(inner: &Inner) -> Result<()> {
         for (i, (token, id, deadline)) in chunk.iter().enumerate() {
             let err = errors.get(i).and_then(entry::bytes);
             let res = results.get(i).and_then(entry::bytes);
-            if err.is_some() || res.is_some() {
-                // Both are deleted: the error wins, and a result beside it is never read.
-                if err.is_some() {
-                    found_keys.push(k.error(id));
-                }
-                if res.is_some() {
-                    found_keys.push(k.result(id));
-                }
+            // Both are deleted: the error wins, and a result beside it is never read.
+            if err.is_some() {
+                found_keys.push(k.error(id));
+            }
+            if res.is_some() {
+                found_keys.push(k.result(id));
             }
             if let Some(text) = err {
                 let text = String::from_utf8_lossy(text).into_owned();
-                inner.resolve(*token, "error", Err(Error::new(ErrorKind::Remote, text)));
+                answered.push((*token, "error", Err(Error::new(ErrorKind::Remote, text))));
             } else if let Some(json) = res {
-                inner.resolve(*token, "ok", Ok(json.to_vec()));
+                answered.push((*token, "ok", Ok(json.to_vec())));
             } else if now_ms > *deadline {
                 expired.push((*token, id.clone()));
             }
         }
     }
+    // Deleted before the callers hear: a caller that exits at once leaves nothing.
     if !found_keys.is_empty() {
         let r: redis::RedisResult<i64> = redis::cmd("DEL")
             .arg(&found_keys)
@@ -132,9 +132,17 @@ async fn poll_once(inner: &Inner) -> Result<()> {
             tracing::warn!(error = %format_args!("{e:#}"), "deleting answer keys failed; they expire");
         }
     }
+    for (token, label, r) in answered {
+        inner.resolve(token, label, r);
+    }
     if !expired.is_empty() {
         let timeout = inner.config.request_timeout;
         let ids: Vec<String> = expired.iter().map(|(_, id)| id.clone()).collect();
+        // Withdrawn before the callers hear (a consumer still working on them loses them,
+        // and its answer is dropped).
+        if let Err(e) = withdraw(inner, &ids).await {
+            tracing::debug!(error = %format_args!("{e:#}"), "withdrawing timed-out requests failed");
+        }
         for (token, id) in expired {
             inner.resolve(
                 token,
@@ -144,10 +152,6 @@ async fn poll_once(inner: &Inner) -> Result<()> {
                     format!("{TIMEOUT_TEXT} (entry {id}: no answer within {timeout:?} by the Redis clock)"),
                 )),
             );
-        }
-        // A consumer still working on them loses them; its answer is dropped.
-        if let Err(e) = withdraw(inner, &ids).await {
-            tracing::debug!(error = %format_args!("{e:#}"), "withdrawing timed-out requests failed");
         }
     }
     Ok(())
