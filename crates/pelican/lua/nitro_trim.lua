@@ -1,6 +1,6 @@
 -- nitro_trim.lua: the producer's stream housekeeping: XTRIM MINID below the oldest
 -- pending entry, as Nitro's producers do (so both can run on one stream), and with
--- nothing pending, below the last delivered entry. Never trims a pending or undelivered
+-- nothing pending, up to the last delivered entry. Never trims a pending or undelivered
 -- entry. Unlike Nitro's producers, it reaps nobody's requests: a pelican producer
 -- withdraws only its own, at its own timeout.
 -- KEYS[1] stream
@@ -17,6 +17,17 @@ for _, g in ipairs(groups) do
   if m['name'] == group then last, pending = m['last-delivered-id'], tonumber(m['pending']) end
 end
 if not last then return 0 end
-local minid = last
-if pending > 0 then minid = redis.call('XPENDING', stream, group)[2] end
+local minid
+if pending > 0 then
+  minid = redis.call('XPENDING', stream, group)[2]
+else
+  -- just past the last delivered entry (a sequence too large for Lua's numbers stops
+  -- at the entry itself)
+  local ms, seq = string.match(last, '^(%d+)-(%d+)$')
+  if seq and tonumber(seq) < 2 ^ 53 then
+    minid = ms .. '-' .. (tonumber(seq) + 1)
+  else
+    minid = last
+  end
+end
 return redis.call('XTRIM', stream, 'MINID', minid)

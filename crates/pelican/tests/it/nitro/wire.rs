@@ -238,3 +238,168 @@ async fn past_the_retry_limit_an_entry_gets_too_many_retries() {
     assert_eq!(env.xlen(), 0);
     w.stop().await;
 }
+
+/// When both keys exist the error wins; both are deleted once read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_key_wins_and_both_keys_are_deleted() {
+    let env = Env::new("nitro-both");
+    let p = Producer::<Req, Req>::connect(env.config(), producer_config())
+        .await
+        .unwrap();
+    // Nobody serves the stream yet: the test writes both answers, as two racing Nitro
+    // consumers (one at its retry limit) can.
+    let ticket = p.submit(&req(5)).await.unwrap();
+    let id = ticket.entry_id().to_string();
+    let mut c = env.conn();
+    let _: () = redis::pipe()
+        .atomic()
+        .cmd("SET")
+        .arg(result_key(&env.stream, &id))
+        .arg(json_of(&req(5)))
+        .ignore()
+        .cmd("SET")
+        .arg(pelican_testkit::nitro::error_key(&env.stream, &id))
+        .arg(TOO_MANY_RETRIES)
+        .ignore()
+        .query(&mut c)
+        .unwrap();
+    let err = ticket.await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Remote);
+    assert_eq!(err.message(), TOO_MANY_RETRIES);
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    p.shutdown().await.unwrap();
+}
+
+/// A request without an answer fails after `request_timeout` (by the Redis clock) with
+/// Nitro's timeout text, and is withdrawn from the stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_request_times_out_and_is_withdrawn() {
+    let env = Env::new("nitro-timeout");
+    let p = Producer::<Req, Req>::connect(
+        env.config(),
+        producer_config().with_request_timeout(Duration::from_millis(300)),
+    )
+    .await
+    .unwrap();
+    let started = std::time::Instant::now();
+    let err = p.call(&req(1)).await.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Timeout, "{err}");
+    assert!(
+        err.message().contains(pelican::nitro::TIMEOUT_TEXT),
+        "{err}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    assert_eq!(env.xlen(), 0, "withdrawn");
+    p.shutdown().await.unwrap();
+}
+
+/// A Nitro consumer that died between its SET and its XACK left the result key: a
+/// pelican consumer that takes the entry over keeps that key (SET NX) and still
+/// acknowledges and deletes the entry (Nitro's re-doer would leave it pending).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_left_by_a_dead_nitro_consumer_is_kept_and_the_entry_finished() {
+    let env = Env::new("nitro-halfdone");
+    let idle = Duration::from_millis(600);
+    let (url, stream) = (env.url(), env.stream.clone());
+    let (id, producer) = blocking(move || {
+        let mut p = NitroProducer::new(&url, &stream);
+        let id = p.produce(&json_of(&req(8)));
+        let mut c = NitroConsumer::new(&url, &stream, idle);
+        let m = c.consume().unwrap();
+        // SET, then the process dies: no XACK, no XDEL, no more heartbeats.
+        let mut raw = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        let _: () = redis::cmd("SET")
+            .arg(result_key(&stream, &m.id))
+            .arg(r#"{"i":8,"data":"first"}"#)
+            .arg("EX")
+            .arg(3600)
+            .arg("NX")
+            .query(&mut raw)
+            .unwrap();
+        c.ack(&m.id);
+        (id, p)
+    })
+    .await;
+    let runs = Runs::default();
+    let w = Worker::echo(env.config(), consumer_config(idle), runs.clone()).await;
+    pelican_testkit::eventually(
+        Duration::from_secs(20),
+        "the entry to be finished",
+        || async { env.xlen() == 0 && env.pending().is_empty() },
+    )
+    .await;
+    assert_eq!(runs.get(8), 1);
+    let mut producer = producer;
+    let a = blocking(move || producer.await_answer(&id, Duration::from_secs(5))).await;
+    assert_eq!(a, Answer::Result(r#"{"i":8,"data":"first"}"#.into()));
+    w.stop().await;
+}
+
+/// The producer's housekeeping trims entries Nitro consumers acknowledged but did not
+/// delete (a crash between XACK and XDEL), never an undelivered or pending one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn housekeeping_trims_acknowledged_leftovers_only() {
+    let env = Env::new("nitro-trim");
+    let (url, stream) = (env.url(), env.stream.clone());
+    let waiting = blocking(move || {
+        let mut p = NitroProducer::new(&url, &stream);
+        let mut c = NitroConsumer::new(&url, &stream, Duration::from_secs(60));
+        let mut raw = redis::Client::open(url.as_str())
+            .unwrap()
+            .get_connection()
+            .unwrap();
+        for i in 0..2 {
+            p.produce(&json_of(&req(i)));
+            let m = c.consume().unwrap();
+            c.ack(&m.id);
+            let _: i64 = redis::cmd("XACK")
+                .arg(&stream)
+                .arg(&stream)
+                .arg(&m.id)
+                .query(&mut raw)
+                .unwrap();
+        }
+        p.produce(&json_of(&req(2)))
+    })
+    .await;
+    assert_eq!(env.xlen(), 3);
+    let p = Producer::<Req, Req>::connect(
+        env.config(),
+        producer_config().with_trim_interval(Duration::from_millis(100)),
+    )
+    .await
+    .unwrap();
+    // One request of its own in flight, undelivered: it must stay too.
+    let ticket = p.submit(&req(3)).await.unwrap();
+    pelican_testkit::eventually(
+        Duration::from_secs(20),
+        "the leftovers to be trimmed",
+        || async { env.xlen() == 2 },
+    )
+    .await;
+    let ids: Vec<String> = {
+        let r: redis::Value = redis::cmd("XRANGE")
+            .arg(&env.stream)
+            .arg("-")
+            .arg("+")
+            .query(&mut env.conn())
+            .unwrap();
+        let redis::Value::Array(es) = r else { panic!() };
+        es.iter()
+            .map(|e| {
+                let redis::Value::Array(p) = e else { panic!() };
+                let redis::Value::BulkString(b) = &p[0] else {
+                    panic!()
+                };
+                String::from_utf8_lossy(b).into_owned()
+            })
+            .collect()
+    };
+    assert_eq!(ids[0], waiting, "the undelivered entry stays");
+    assert_eq!(ids[1], ticket.entry_id());
+    drop(ticket);
+    p.shutdown().await.unwrap();
+}
