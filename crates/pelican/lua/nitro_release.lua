@@ -31,6 +31,6 @@ for i = 1, #ids, 1000 do
   redis.call('XCLAIM', stream, group, me, 0, unpack(chunk))
 end
 if leave and #ARGV == 4 and #ids == 0 then
-  redis.call('XGROUP', 'DELCONSUMER', stream, group, me)
+  pcall(redis.call, 'XGROUP', 'DELCONSUMER', stream, group, me)
 end
 return #ids
