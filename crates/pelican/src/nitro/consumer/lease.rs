@@ -44,6 +44,15 @@ impl Leases {
         lease
     }
 
+    /// Whether entry `id` is in work here (held, and not being answered or handed back).
+    pub(super) fn in_work(&self, id: &str) -> bool {
+        self.held
+            .lock()
+            .unwrap()
+            .get(id)
+            .is_some_and(|h| !h.finishing)
+    }
+
     /// Its answer or release is on the way: no more heartbeats for it.
     pub(super) fn finishing(&self, id: &str) {
         if let Some(h) = self.held.lock().unwrap().get_mut(id) {
@@ -51,9 +60,13 @@ impl Leases {
         }
     }
 
-    /// The writer is done with it.
+    /// The writer is done with it. An entry held again meanwhile (handed back, then
+    /// taken over by this consumer again) is a new delivery and stays.
     pub(super) fn forget(&self, id: &str) {
-        self.held.lock().unwrap().remove(id);
+        let mut held = self.held.lock().unwrap();
+        if held.get(id).is_some_and(|h| h.finishing) {
+            held.remove(id);
+        }
     }
 
     /// Tells every handler to stop (shutdown past its timeout).

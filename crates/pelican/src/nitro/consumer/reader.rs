@@ -47,9 +47,12 @@ pub(super) async fn run<Req>(
     // it, as in Nitro); after that, it was lost.
     let mut had_group = false;
     loop {
+        // A stop wins over free slots: after it, nothing more is read or taken over (not
+        // even this consumer's own hand-backs).
         let first = tokio::select! {
-            p = st.slots.clone().acquire_owned() => p.expect("never closed"),
+            biased;
             _ = st.stop.cancelled() => return,
+            p = st.slots.clone().acquire_owned() => p.expect("never closed"),
         };
         let mut bundle = first;
         let extra = st.slots.available_permits().min(MAX_BATCH - 1);
@@ -262,6 +265,12 @@ async fn process<Req>(
     for Taken { entry, before } in taken {
         let permit = hand.take_one().expect("took at most the free slots");
         let id = entry.id.clone();
+        if before > 0 && st.leases.in_work(&id) {
+            // Its own entry, in work, taken over from itself because a heartbeat came
+            // late: the takeover reset its idle time; the work goes on as it was.
+            tracing::debug!(entry = %id, "took over an entry already in hand");
+            continue;
+        }
         let msg = entry.get("msg");
         let hash = if st.config.dedup {
             msg.map(ids::request_id)
