@@ -160,6 +160,9 @@ async fn worker(g: &Global, args: &WorkerArgs) -> CliResult {
     if let Some(name) = &args.name {
         cfg = cfg.with_name(name.clone());
     }
+    if let Some(ms) = g.settings.consumer_gc_after {
+        cfg = cfg.with_consumer_gc_after(Duration::from_millis(ms));
+    }
     let signal_error =
         |e: std::io::Error| CliError::failure(format!("cannot listen for signals: {e}"));
     let mut term = signal(SignalKind::terminate()).map_err(signal_error)?;

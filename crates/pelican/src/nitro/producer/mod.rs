@@ -49,15 +49,17 @@ struct Owner {
 }
 
 impl Drop for Owner {
+    /// Dropped without `shutdown`: the waiting calls fail at once; their entries stay in
+    /// the stream (withdrawing needs Redis, and Drop does not wait), are answered by the
+    /// consumers, and the answers expire unread.
     fn drop(&mut self) {
         self.tasks.abort_all();
-        let ids = self.inner.fail_all(|| {
+        self.inner.fail_all(|| {
             Error::new(
                 ErrorKind::Shutdown,
                 "the producer was dropped before the request was answered",
             )
         });
-        let _ = ids;
     }
 }
 
