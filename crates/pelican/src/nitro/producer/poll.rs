@@ -6,6 +6,7 @@
 
 use super::table::Inner;
 use super::xadd;
+use crate::conn::retry::Backoff;
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::entry;
 use redis::Value;
@@ -26,6 +27,7 @@ pub(super) async fn run(inner: Arc<Inner>, mut withdraw_rx: mpsc::UnboundedRecei
     let mut last_trim = Instant::now();
     let mut last_verify = Instant::now();
     let mut withdraws = Vec::new();
+    let mut backoff = Backoff::new();
     loop {
         let idle = inner.table.lock().unwrap().waiting.is_empty();
         if idle {
@@ -47,8 +49,12 @@ pub(super) async fn run(inner: Arc<Inner>, mut withdraw_rx: mpsc::UnboundedRecei
             }
         }
         match poll_once(&inner).await {
-            Ok(()) => {}
-            Err(e) => tracing::warn!(error = %format_args!("{e:#}"), "polling for answers failed"),
+            Ok(()) => backoff.reset(),
+            Err(e) => {
+                tracing::warn!(error = %format_args!("{e:#}"), "polling for answers failed");
+                // Redis away: poll again, but not every few ms.
+                tokio::time::sleep(backoff.next()).await;
+            }
         }
         let suspected = std::mem::take(&mut inner.table.lock().unwrap().loss_suspected);
         if suspected || last_verify.elapsed() >= cfg.verify_interval {

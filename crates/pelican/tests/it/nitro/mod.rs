@@ -5,8 +5,8 @@
 //! - `wire`: echo both ways, error keys, undecodable entries, the retry limit.
 //! - `mixed`: a Nitro-style consumer and a pelican consumer in one group; an answer
 //!   racing a takeover.
-//! - `recovery`: the stream deleted under running processes; graceful hand-back; gone
-//!   consumers removed.
+//! - `recovery`: the stream deleted, and Redis restarted without persistence, under
+//!   running processes; graceful hand-back; gone consumers removed.
 //! - `dedup`: identical requests from several producers solved once; the cache.
 
 mod dedup;

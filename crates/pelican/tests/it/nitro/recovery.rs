@@ -223,3 +223,56 @@ async fn gone_consumers_are_removed() {
     .await;
     w.stop().await;
 }
+
+/// Redis restarts without persistence under a running consumer and producer: every
+/// connection drops, the stream, the group and the scripts are gone. The consumer
+/// reconnects and re-creates the group, the producer submits its lost requests again,
+/// and every caller gets its answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_without_persistence_loses_no_caller() {
+    let mut env = Env::new("nitro-restart");
+    let runs = Runs::default();
+    let r2 = runs.clone();
+    let w = Worker::spawn(
+        env.config(),
+        consumer_config(Duration::from_secs(60)),
+        4,
+        move |r: Req, _job| {
+            let runs = r2.clone();
+            async move {
+                runs.hit(r.i);
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Ok(r)
+            }
+        },
+    )
+    .await;
+    let p = Producer::<Req, Req>::connect(
+        env.config(),
+        producer_config().with_verify_interval(Duration::from_secs(1)),
+    )
+    .await
+    .unwrap();
+    let reqs: Vec<Req> = (0..10).map(req).collect();
+    let mut tickets = Vec::new();
+    for r in &reqs {
+        tickets.push(p.submit(r).await.unwrap());
+    }
+    eventually(Duration::from_secs(20), "work to be under way", || async {
+        runs.total() >= 1
+    })
+    .await;
+    env.server.restart();
+    for (t, r) in tickets.into_iter().zip(&reqs) {
+        let got = tokio::time::timeout(Duration::from_secs(60), t)
+            .await
+            .expect("answered in time")
+            .unwrap();
+        assert_eq!(&got, r);
+    }
+    assert!(runs.total() >= 10);
+    // And the stream works as before.
+    assert_eq!(p.call(&req(42)).await.unwrap(), req(42));
+    w.stop().await;
+    p.shutdown().await.unwrap();
+}
