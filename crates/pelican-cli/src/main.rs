@@ -3,7 +3,7 @@
 //! runs one subcommand and maps its outcome to an exit code (see `exit`).
 //!
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
-//! `dead`, `inspect`, `bench`), and their helpers: `handlers` (the worker's built-in handlers),
+//! `dead`, `inspect`, `bench`, `nitro`), and their helpers: `handlers` (the worker's built-in handlers),
 //! `pool` (the demo's worker processes), `summary` (the demo's table), `redis_local`
 //! (reachability, throwaway redis-server), `redis_url` (a URL whose Debug hides the
 //! password), `metrics_http`, `process`, `context`, `fmt`.
@@ -19,6 +19,7 @@ mod fmt;
 mod handlers;
 mod inspect;
 mod metrics_http;
+mod nitro;
 mod pool;
 mod process;
 mod redis_local;
@@ -61,6 +62,7 @@ fn main() -> ExitCode {
             Command::Dead(a) => dead::run(g, &a.command).await,
             Command::Inspect(a) => inspect::run(g, &a.rid).await,
             Command::Bench(a) => bench::run(g, a).await,
+            Command::Nitro(a) => nitro::run(g, a).await,
         }
     });
     // Background tasks (reply readers, the metrics listener) must not hold up the exit.

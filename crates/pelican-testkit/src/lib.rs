@@ -1,5 +1,6 @@
-//! Test support for pelican: real `redis-server` processes, Redis Clusters and a
-//! fault-injecting TCP proxy, plus small polling helpers.
+//! Test support for pelican: real `redis-server` processes, Redis Clusters, a
+//! fault-injecting TCP proxy and a client of Nitro's wire format ([`nitro`]), plus small
+//! polling helpers.
 //!
 //! Everything here uses real processes and real sockets; nothing is mocked.
 //! `redis-server` and `redis-cli` must be on `PATH` (or the server binary named by
@@ -22,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod cluster;
+pub mod nitro;
 mod proxy;
 mod resp;
 mod server;

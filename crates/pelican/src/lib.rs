@@ -48,6 +48,8 @@
 //!   idle work (`reclaim.rs`), the outcome writer (`writer.rs`), leases (`lease.rs`),
 //!   renewal and janitor (`maintenance.rs`), [`Delivery`], [`Job`], [`HandlerError`]
 //!   (`delivery.rs`).
+//! - [`nitro`]: Nitro's wire format (Arbitrum's `pubsub` streams): a consumer, a producer,
+//!   stats and the validation types, on the same building blocks.
 //! - [`admin`]: look inside a queue (stats, one request, dead letters), requeue and purge.
 //! - `protocol/`: what is written to Redis: keys ([`Keys`]), stream entries, the request
 //!   index value, outcomes, and one typed call per Lua script (`lua/*.lua`); described in
@@ -82,6 +84,7 @@ mod consumer;
 mod error;
 mod ids;
 mod metrics;
+pub mod nitro;
 mod producer;
 mod protocol;
 mod shared;

@@ -10,5 +10,6 @@ mod demo;
 mod exit_codes;
 mod inspect;
 mod metrics;
+mod nitro;
 mod round_trip;
 mod stats;

@@ -48,7 +48,7 @@ pub struct Consumer<Req, Resp, C: Codec = Json> {
 
 /// Stops a consumer's [`Consumer::serve`] loop from anywhere (a signal handler, a test).
 #[derive(Clone, Debug)]
-pub struct Stopper(CancellationToken);
+pub struct Stopper(pub(crate) CancellationToken);
 
 impl Stopper {
     /// Asks the consumer to stop: it reads nothing new, finishes or releases what it holds.

@@ -11,6 +11,7 @@
 //! - `faults`: dropped connections.
 //! - `failover`: a cluster master killed mid-run, its replica promoted.
 //! - `refusals`: which Redis errors a caller may retry.
+//! - `nitro`: Nitro's wire format against a raw client of it (see `nitro/mod.rs`).
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 
 mod cluster;
@@ -22,6 +23,7 @@ mod garbage;
 mod invariants;
 mod lease;
 mod matrix;
+mod nitro;
 mod processes;
 mod refusals;
 mod smoke;
