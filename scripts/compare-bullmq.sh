@@ -17,6 +17,8 @@
 #   PELICAN_ARGS="..."   extra arguments for `pelican bench` (e.g. "--requests 100000")
 #   QUIET=0              do not wait for quiet (quiet.sh's own knobs: QUIET_PCT, QUIET_MAX)
 #   RUN_TIMEOUT=300      seconds one run may take
+#   PELICAN_BIN=<path>   a pelican binary to measure instead of building this tree's
+#                        (e.g. a copy of an earlier build, to compare builds)
 # Needs Redis on 127.0.0.1:6379 (both benchmarks refuse anything but loopback), node for
 # BullMQ, cargo for the build, python3 for the medians.
 set -euo pipefail
@@ -35,9 +37,15 @@ say() { echo "compare-bullmq.sh: $*" >&2; }
 [ -x "$PEERS/bullmq/run.sh" ] || die "no BullMQ benchmark at $PEERS/bullmq/run.sh (set PEERS=<peers folder>)"
 command -v python3 >/dev/null || die "python3 not found (it does the medians)"
 
-say "building the release binary (cargo build --release -p pelican-cli)"
-cargo build --release -p pelican-cli >&2 || die "cargo build failed"
-PELICAN="$ROOT/target/release/pelican"
+if [ -n "${PELICAN_BIN:-}" ]; then
+  [ -x "$PELICAN_BIN" ] || die "PELICAN_BIN=$PELICAN_BIN is not an executable"
+  PELICAN="$PELICAN_BIN"
+  say "measuring $PELICAN (PELICAN_BIN)"
+else
+  say "building the release binary (cargo build --release -p pelican-cli)"
+  cargo build --release -p pelican-cli >&2 || die "cargo build failed"
+  PELICAN="$ROOT/target/release/pelican"
+fi
 
 OUT="$(mktemp -d -t compare-bullmq.XXXXXX)"
 trap 'rm -rf "$OUT"' EXIT

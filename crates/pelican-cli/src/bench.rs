@@ -50,9 +50,12 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
         return serve::run(g, args).await;
     }
     server::require_loopback(g.redis.as_str())?;
-    let queue = QueueConfig::new(g.redis.as_str(), queue_name());
+    let queue = QueueConfig::new(g.redis.as_str(), queue_name())
+        .with_partitions(g.settings.partitions.unwrap_or(1));
     queue.validate().map_err(|e| g.error(&e))?;
-    crate::redis_local::require(g.redis.as_str()).await?;
+    if !g.redis.as_str().contains("+cluster://") {
+        crate::redis_local::require(g.redis.as_str()).await?;
+    }
     let mut bench = Bench {
         g,
         args,
@@ -128,8 +131,8 @@ impl Bench<'_> {
     /// Starts the workers and the producer, runs the phases, checks every answer.
     async fn measure(&mut self) -> CliResult<Report> {
         let (g, args) = (self.g, self.args);
-        let mut info = server::connect(g.redis.as_str()).await?;
-        let redis_pid = server::local_pid(&mut info).await;
+        let mut servers = server::Servers::connect(g.redis.as_str()).await?;
+        let redis_pids = servers.local_pids().await;
         let exe = std::env::current_exe()
             .map_err(|e| CliError::failure(format!("cannot find this program's path: {e}")))?;
         let mut worker_args: Vec<String> = vec![
@@ -139,6 +142,9 @@ impl Bench<'_> {
             self.queue.name.clone(),
         ];
         worker_args.extend((0..g.log).map(|_| "-v".to_string()));
+        if let Some(n) = g.settings.partitions {
+            worker_args.extend(["--partitions".into(), n.to_string()]);
+        }
         worker_args.extend([
             "bench".into(),
             "--serve-worker".into(),
@@ -168,10 +174,11 @@ impl Bench<'_> {
             role: "worker",
             pid: Some(pid),
         }));
-        watched.push(Watched {
-            role: "redis",
-            pid: redis_pid,
-        });
+        watched.extend(
+            redis_pids
+                .into_iter()
+                .map(|pid| Watched { role: "redis", pid }),
+        );
         let phases = Phases {
             args,
             load: &load,
@@ -180,10 +187,11 @@ impl Bench<'_> {
             json: g.json,
         };
         let mut report = tokio::select! {
-            r = phases.run(&mut info) => r?,
+            r = phases.run(&mut servers) => r?,
             e = workers.died() => return Err(e),
         };
         report.queue = self.queue.name.clone();
+        report.partitions = self.queue.partitions;
         report.checked = load.checked();
         let expected = args.warmup + args.requests + args.latency_requests;
         if load.bad() > 0 || report.checked != expected {
@@ -243,8 +251,8 @@ impl Bench<'_> {
                 0
             }
         };
-        let left = match server::connect(self.g.redis.as_str()).await {
-            Ok(mut conn) => server::keys_containing(&mut conn, &self.queue.name).await,
+        let left = match server::Servers::connect(self.g.redis.as_str()).await {
+            Ok(mut servers) => servers.keys_containing(&self.queue.name).await,
             Err(e) => Err(e),
         };
         match left {
@@ -278,7 +286,7 @@ struct Phases<'a> {
 }
 
 impl Phases<'_> {
-    async fn run(&self, info: &mut redis::aio::MultiplexedConnection) -> CliResult<Report> {
+    async fn run(&self, servers: &mut server::Servers) -> CliResult<Report> {
         let args = self.args;
         if args.warmup > 0 {
             let w = self
@@ -287,16 +295,21 @@ impl Phases<'_> {
             self.diagnose("warmup", &w);
         }
         let rss_start = self.rss();
-        let before: ServerCounters = server::counters(info).await?;
+        let before: Vec<ServerCounters> = servers.counters().await?;
         let window = CpuWindow::start(&self.watched);
         let tp = self.phase("throughput", args.requests, args.inflight).await;
         let cpu = window.stop();
-        let after = server::counters(info).await?;
+        let after = servers.counters().await?;
         let rss_end = self.rss();
         self.diagnose("throughput", &tp);
         if self.json {
             eprintln!("throughput CPU (% of one core): {}", cpu.line());
         }
+        let deltas: Vec<ServerDelta> = before
+            .iter()
+            .zip(&after)
+            .map(|(b, a)| ServerDelta::between(b, a))
+            .collect();
         let lat = if args.latency_requests > 0 {
             self.phase("latency", args.latency_requests, 1).await
         } else {
@@ -312,7 +325,17 @@ impl Phases<'_> {
             payload_bytes: args.payload_bytes,
             tp,
             lat,
-            server: ServerDelta::between(&before, &after),
+            server: ServerDelta::sum(&deltas),
+            nodes: if deltas.len() > 1 {
+                servers
+                    .nodes
+                    .iter()
+                    .map(|(addr, _)| addr.clone())
+                    .zip(deltas)
+                    .collect()
+            } else {
+                Vec::new()
+            },
             cpu,
             rss_start,
             rss_end,

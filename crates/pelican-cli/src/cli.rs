@@ -35,7 +35,8 @@ pub struct Cli {
 #[derive(Debug, Clone, Args)]
 #[command(next_help_heading = "Global options")]
 pub struct Global {
-    /// Redis URL: redis://[user:password@]host[:port][/db].
+    /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// for TLS, or a
+    /// cluster: redis+cluster://[user:password@]host:port[,host:port...].
     #[arg(long = "redis", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, global = true, value_name = "URL")]
     pub redis: RedisUrl,
     /// Queue name: letters, digits and . _ - : (at most 128).
@@ -92,6 +93,11 @@ pub struct QueueSettings {
     /// group (a killed worker's name) [default: 3600000].
     #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub consumer_gc_after: Option<u64>,
+    /// How many partitions (streams) the queue is split into, e.g. to spread it over the
+    /// nodes of a Redis Cluster; the queue records it and refuses other values
+    /// [default: 1].
+    #[arg(long, global = true, env = "PELICAN_PARTITIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub partitions: Option<u32>,
 }
 
 /// The subcommands.
@@ -124,6 +130,10 @@ pub enum Command {
     /// consumers, dead letters (requeue, purge), request lookup. Prints its address (with
     /// a login link that carries the token for the buttons) and serves until Ctrl-C.
     Dashboard(DashboardArgs),
+    /// Nitro's wire format (Arbitrum's Redis-streams pubsub): serve a stream Nitro's
+    /// producers write (`worker`), send a request as they do (`call`), look at a stream
+    /// (`stats`). --queue is not used; --stream names the stream.
+    Nitro(NitroArgs),
 }
 
 impl Command {
@@ -138,6 +148,7 @@ impl Command {
             Command::Inspect(_) => "inspect",
             Command::Bench(_) => "bench",
             Command::Dashboard(_) => "dashboard",
+            Command::Nitro(_) => "nitro",
         }
     }
 }
@@ -350,4 +361,92 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("redis://app:***@db:6379"), "{shown}");
     }
+}
+
+/// `pelican nitro`.
+#[derive(Debug, Clone, Args)]
+pub struct NitroArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: NitroCommand,
+}
+
+/// `pelican nitro ...`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum NitroCommand {
+    /// Serve a Nitro stream until SIGINT/SIGTERM, then hand the work in hand back.
+    Worker(NitroWorkerArgs),
+    /// Send one request as Nitro's producers do and print the response JSON.
+    Call(NitroCallArgs),
+    /// A Nitro stream at a glance: length, group, consumers, answer keys, dedup jobs.
+    Stats(StreamArg),
+}
+
+/// `--stream`.
+#[derive(Debug, Clone, Args)]
+pub struct StreamArg {
+    /// The stream (and consumer group) name, e.g. stream:0x<module root>.
+    #[arg(long, value_name = "NAME")]
+    pub stream: String,
+}
+
+/// `pelican nitro worker`.
+#[derive(Debug, Clone, Args)]
+pub struct NitroWorkerArgs {
+    #[command(flatten)]
+    pub stream: StreamArg,
+    /// What to do with each request (JSON in, JSON out): echo, sleep:MS, fail-if:FIELD,
+    /// crash-if:FIELD, or several joined by commas. echo answers the request unchanged.
+    #[arg(long, default_value = "echo", value_name = "H")]
+    pub handler: String,
+    /// Requests handled at once.
+    #[arg(long, default_value_t = 8, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub concurrency: u64,
+    /// Requests held at once, in work and read ahead (default: --concurrency).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=10_000))]
+    pub prefetch: Option<u64>,
+    /// Nitro's idletime-to-autoclaim: a request idle this long is taken over, in ms. The
+    /// same for every process of the stream, Nitro's included.
+    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(3..))]
+    pub idletime: u64,
+    /// Nitro's max-retry-count: a request taken over after more deliveries than this is
+    /// answered "too many retries"; -1 = unlimited (Nitro's default).
+    #[arg(long, default_value_t = -1, value_name = "N", allow_negative_numbers = true, value_parser = clap::value_parser!(i64).range(-1..=1_000_000))]
+    pub max_retry_count: i64,
+    /// Nitro's response-entry-timeout: the TTL of result and error keys, in seconds
+    /// (0: no expiry).
+    #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
+    pub response_ttl: u64,
+    /// Solve identical requests in flight once (every entry gets the answer).
+    #[arg(long)]
+    pub dedup: bool,
+    /// With --dedup: answer a repeat of a request solved within this many ms from a cache.
+    #[arg(long, value_name = "MS", requires = "dedup", value_parser = clap::value_parser!(u64).range(1..))]
+    pub dedup_cache_ttl: Option<u64>,
+    /// How long to wait for the requests in work on SIGINT/SIGTERM before handing them
+    /// back, in ms.
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub shutdown_timeout: u64,
+    /// The consumer's name in the group (default: host-pid-random).
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Print one line per handler run on stdout (JSON with --json).
+    #[arg(long)]
+    pub verbose: bool,
+}
+
+/// `pelican nitro call`.
+#[derive(Debug, Clone, Args)]
+pub struct NitroCallArgs {
+    #[command(flatten)]
+    pub stream: StreamArg,
+    /// Give up after this long, in ms (by the Redis clock); the request is withdrawn.
+    #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub timeout: u64,
+    /// How often the answer keys are polled, in ms.
+    #[arg(long, default_value_t = 10, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub poll_interval: u64,
+    /// The request, as JSON (`-` reads it from stdin).
+    #[arg(value_name = "JSON")]
+    pub request: String,
 }

@@ -24,6 +24,9 @@ impl Global {
         if let Some(ms) = set.consumer_gc_after {
             q = q.with_consumer_gc_after(Duration::from_millis(ms));
         }
+        if let Some(n) = set.partitions {
+            q = q.with_partitions(n);
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path).map_err(|e| {
                 CliError::usage(format!(
@@ -47,9 +50,10 @@ impl Global {
     /// it does not).
     pub async fn connectable(&self) -> CliResult<QueueConfig> {
         let q = self.queue_config()?;
-        if q.url.starts_with("rediss://") {
-            // The plain probe knows nothing of the CA; the library's own connection
-            // does (and says what failed: the handshake, the certificate, the server).
+        if q.url.starts_with("rediss") || q.url.contains("+cluster://") {
+            // The plain probe knows nothing of the CA or of clusters; the library's own
+            // connection does (and says what failed: the handshake, the certificate, the
+            // server).
             pelican::Admin::connect(q.clone())
                 .await
                 .map_err(|e| self.error(&e))?;

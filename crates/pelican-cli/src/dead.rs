@@ -11,10 +11,12 @@ use std::time::Duration;
 /// Runs one `dead` subcommand.
 pub async fn run(g: &Global, cmd: &DeadCommand) -> CliResult {
     if let DeadCommand::Requeue { ids, .. } = cmd {
-        if let Some(bad) = ids.iter().find(|id| !is_stream_id(id)) {
+        // `P/MS-SEQ` on a queue of several partitions; the library checks P.
+        let bare = |id: &str| id.split_once('/').map_or(id, |(_, sid)| sid).to_string();
+        if let Some(bad) = ids.iter().find(|id| !is_stream_id(&bare(id))) {
             return Err(CliError::usage(format!(
-                "{bad:?} is not a dead-letter id: they look like 1700000000000-0 (see \
-                 `pelican dead list`)"
+                "{bad:?} is not a dead-letter id: they look like 1700000000000-0, or \
+                 3/1700000000000-0 on a queue of several partitions (see `pelican dead list`)"
             )));
         }
     }

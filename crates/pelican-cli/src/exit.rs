@@ -101,20 +101,9 @@ impl CliError {
     }
 }
 
-/// The error's message followed by its causes (the `source` chain), each said once: the
-/// client library's errors repeat their own source's text.
+/// The error's message followed by its causes (the `source` chain), each said once.
 pub fn with_causes(err: &pelican::Error) -> String {
-    let mut out = err.message().to_string();
-    let mut next = std::error::Error::source(err);
-    while let Some(cause) = next {
-        let text = cause.to_string();
-        if !out.contains(&text) {
-            out.push_str(": ");
-            out.push_str(&text);
-        }
-        next = cause.source();
-    }
-    out
+    err.message_with_causes()
 }
 
 impl fmt::Display for CliError {

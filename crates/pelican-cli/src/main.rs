@@ -3,11 +3,11 @@
 //! runs one subcommand and maps its outcome to an exit code (see `exit`).
 //!
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
-//! `dead`, `inspect`, `bench`; `dashboard/`: the web dashboard), and their helpers:
-//! `handlers` (the worker's built-in handlers), `pool` (the demo's worker processes),
-//! `summary` (the demo's table), `redis_local` (reachability, throwaway redis-server),
-//! `redis_url` (a URL whose Debug hides the password), `logging` (stderr logs and
-//! `--otlp` span export), `metrics_http`, `process`, `context`, `fmt`.
+//! `dead`, `inspect`, `bench`, `nitro`; `dashboard/`: the web dashboard), and their
+//! helpers: `handlers` (the worker's built-in handlers), `pool` (the demo's worker
+//! processes), `summary` (the demo's table), `redis_local` (reachability, throwaway
+//! redis-server), `redis_url` (a URL whose Debug hides the password), `logging` (stderr
+//! logs and `--otlp` span export), `metrics_http`, `process`, `context`, `fmt`.
 
 mod bench;
 mod call;
@@ -22,6 +22,7 @@ mod handlers;
 mod inspect;
 mod logging;
 mod metrics_http;
+mod nitro;
 mod pool;
 mod process;
 mod redis_local;
@@ -71,6 +72,7 @@ fn main() -> ExitCode {
             Command::Inspect(a) => inspect::run(g, &a.rid).await,
             Command::Bench(a) => bench::run(g, a).await,
             Command::Dashboard(a) => dashboard::run(g, a).await,
+            Command::Nitro(a) => nitro::run(g, a).await,
         }
     });
     // Background tasks (reply readers, the metrics listener) must not hold up the exit.

@@ -96,6 +96,25 @@ fn render(st: &Stats, url: &str) -> String {
         },
     );
     line("cached results", st.cached_results.to_string());
+    if !st.partitions.is_empty() {
+        line(
+            "partitions",
+            format!("{} (totals above; --json has each)", st.partitions.len()),
+        );
+        for p in &st.partitions {
+            line(
+                "",
+                format!(
+                    "#{}  queued {}  pending {}  added {}  dead {}",
+                    p.partition.unwrap_or_default(),
+                    p.queued,
+                    p.pending,
+                    p.entries_added,
+                    p.dead_letters
+                ),
+            );
+        }
+    }
     o
 }
 

@@ -1,25 +1,32 @@
-//! A Redis Cluster of master-only nodes.
+//! A Redis Cluster on loopback: masters only, or masters with replicas that take over
+//! when their master is killed.
 
 use std::io;
 use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::resp::RespConn;
+use crate::resp::{Reply, RespConn};
 use crate::server::{binary_missing, run_cli, RedisServer};
 
 /// How long the cluster may take to report `cluster_state:ok` on every node.
 const CLUSTER_OK_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long a replica may take to be promoted after its master died.
+const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
+/// `cluster-node-timeout` of clusters with replicas: how long a master may be silent
+/// before its replica takes over. Short, so a failover test is quick.
+const NODE_TIMEOUT_MS: &str = "1000";
 
 /// A Redis Cluster of `masters` master nodes (no replicas) on loopback, every node
 /// killed on Drop.
 ///
 /// Each node is a [`RedisServer`] started with `--cluster-enabled yes
 /// --cluster-config-file nodes.conf` in its own directory; the slots are assigned
-/// with `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`.
+/// with `redis-cli --cluster create ... --cluster-replicas R --cluster-yes`.
 #[derive(Debug)]
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
+    replicas: usize,
 }
 
 impl RedisCluster {
@@ -27,24 +34,195 @@ impl RedisCluster {
     /// creates the cluster and waits (20 s deadline) until `CLUSTER INFO` says
     /// `cluster_state:ok` on every node. Panics with details on failure.
     pub fn start(masters: usize) -> RedisCluster {
+        RedisCluster::start_with(masters, 0, &[])
+    }
+
+    /// Starts `masters` masters with `replicas` replicas each, every node also given
+    /// `args` (e.g. `["--appendonly", "yes", "--appendfsync", "always"]`), and waits until
+    /// the cluster is ok and every replica's link to its master is up. Replicas sync
+    /// without delay (`repl-diskless-sync-delay 0`: else a master killed in the first
+    /// seconds has no replica to promote) and a silent master is failed over after
+    /// `cluster-node-timeout` 1 s.
+    pub fn start_with(masters: usize, replicas: usize, args: &[&str]) -> RedisCluster {
         assert!(
             masters >= 3,
             "a Redis Cluster needs at least 3 masters, got {masters}"
         );
-        let nodes: Vec<RedisServer> = (0..masters)
+        let nodes: Vec<RedisServer> = (0..masters * (1 + replicas))
             .map(|_| {
-                RedisServer::builder()
+                let mut b = RedisServer::builder()
                     .arg("--cluster-enabled")
                     .arg("yes")
                     .arg("--cluster-config-file")
-                    .arg("nodes.conf")
-                    .start()
+                    .arg("nodes.conf");
+                if replicas > 0 {
+                    b = b
+                        .arg("--cluster-node-timeout")
+                        .arg(NODE_TIMEOUT_MS)
+                        .arg("--repl-diskless-sync-delay")
+                        .arg("0")
+                        .arg("--cluster-replica-validity-factor")
+                        .arg("0");
+                }
+                for a in args {
+                    b = b.arg(*a);
+                }
+                b.start()
             })
             .collect();
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, replicas };
         cluster.create();
         cluster.wait_ok();
+        if replicas > 0 {
+            cluster.wait_replicas_linked();
+        }
         cluster
+    }
+
+    /// `redis+cluster://127.0.0.1:PORT,...`: every node as a seed.
+    pub fn cluster_url(&self) -> String {
+        let seeds: Vec<String> = self
+            .ports()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
+    /// The index (in [`RedisCluster::nodes`]) of the master that serves `key` now.
+    pub fn master_of(&self, key: &str) -> usize {
+        let slot: u16 = self
+            .cli(&["CLUSTER", "KEYSLOT", key])
+            .parse()
+            .expect("CLUSTER KEYSLOT answers a number");
+        let port = self.master_port_of_slot(slot);
+        self.nodes
+            .iter()
+            .position(|n| n.port() == port)
+            .expect("the master is one of the nodes")
+    }
+
+    fn master_port_of_slot(&self, slot: u16) -> u16 {
+        for node in self.nodes.iter().filter(|n| n.is_running()) {
+            let Ok(mut conn) = RespConn::connect(node.port(), Duration::from_millis(500)) else {
+                continue;
+            };
+            let Ok(Reply::Array(Some(ranges))) = conn.command(&["CLUSTER", "SLOTS"]) else {
+                continue;
+            };
+            for r in ranges {
+                let Reply::Array(Some(parts)) = r else {
+                    continue;
+                };
+                if let (Some(Reply::Int(lo)), Some(Reply::Int(hi)), Some(Reply::Array(Some(m)))) =
+                    (parts.first(), parts.get(1), parts.get(2))
+                {
+                    if (*lo..=*hi).contains(&i64::from(slot)) {
+                        if let Some(Reply::Int(port)) = m.get(1) {
+                            return *port as u16;
+                        }
+                    }
+                }
+            }
+        }
+        panic!("no running node of the cluster knows who serves slot {slot}");
+    }
+
+    /// SIGKILLs the master that serves `key` and waits (30 s deadline) until one of its
+    /// replicas has taken over and every running node says `cluster_state:ok`. Returns
+    /// the index of the killed node. Needs a cluster started with replicas.
+    pub fn kill_master_of(&mut self, key: &str) -> usize {
+        assert!(
+            self.replicas > 0,
+            "a failover needs a cluster with replicas"
+        );
+        let victim = self.master_of(key);
+        let old_port = self.nodes[victim].port();
+        self.nodes[victim].kill();
+        let start = Instant::now();
+        loop {
+            let slot: u16 = self
+                .cli(&["CLUSTER", "KEYSLOT", key])
+                .parse()
+                .expect("CLUSTER KEYSLOT answers a number");
+            let promoted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                self.master_port_of_slot(slot)
+            }))
+            .ok()
+            .filter(|&p| p != old_port);
+            let all_ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
+                cluster_info(n.port())
+                    .is_ok_and(|i| i.lines().any(|l| l.trim() == "cluster_state:ok"))
+            });
+            if promoted.is_some() && all_ok {
+                return victim;
+            }
+            if start.elapsed() >= FAILOVER_TIMEOUT {
+                panic!(
+                    "no replica took over from the master on port {old_port} within {FAILOVER_TIMEOUT:?}"
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The indexes (in [`RedisCluster::nodes`]) of the replicas of node `master`.
+    pub fn replicas_of(&self, master: usize) -> Vec<usize> {
+        let port = self.nodes[master].port();
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(_, n)| n.is_running())
+            .filter(|(_, n)| {
+                RespConn::connect(n.port(), Duration::from_millis(500))
+                    .and_then(|mut c| c.command(&["INFO", "replication"]))
+                    .ok()
+                    .and_then(|r| r.text())
+                    .is_some_and(|i| {
+                        i.lines().any(|l| l.trim() == "role:slave")
+                            && i.lines().any(|l| l.trim() == format!("master_port:{port}"))
+                    })
+            })
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn wait_replicas_linked(&self) {
+        let start = Instant::now();
+        for node in &self.nodes {
+            loop {
+                let info = RespConn::connect(node.port(), Duration::from_millis(500))
+                    .and_then(|mut c| c.command(&["INFO", "replication"]))
+                    .ok()
+                    .and_then(|r| r.text())
+                    .unwrap_or_default();
+                let master = info.lines().any(|l| l.trim() == "role:master");
+                let linked = info.lines().any(|l| l.trim() == "master_link_status:up");
+                // A master is ready once it has its replicas attached.
+                let replicas_attached = info
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("connected_slaves:"))
+                    .and_then(|n| n.parse::<usize>().ok())
+                    .is_some_and(|n| n >= self.replicas);
+                if (master && replicas_attached) || (!master && linked) {
+                    break;
+                }
+                if start.elapsed() >= CLUSTER_OK_TIMEOUT {
+                    let nodes = RespConn::connect(node.port(), Duration::from_millis(500))
+                        .and_then(|mut c| c.command(&["CLUSTER", "NODES"]))
+                        .ok()
+                        .and_then(|r| r.text())
+                        .unwrap_or_default();
+                    panic!(
+                        "node {} of the cluster on ports {:?}: replication not up after {:?}:\n{info}\n{nodes}",
+                        node.port(),
+                        self.ports(),
+                        start.elapsed()
+                    );
+                }
+                thread::sleep(Duration::from_millis(20));
+            }
+        }
     }
 
     fn create(&self) {
@@ -54,7 +232,7 @@ impl RedisCluster {
             cmd.arg(format!("127.0.0.1:{port}"));
         }
         cmd.arg("--cluster-replicas")
-            .arg("0")
+            .arg(self.replicas.to_string())
             .arg("--cluster-yes")
             .stdin(Stdio::null());
         let output = match cmd.output() {
@@ -116,14 +294,19 @@ impl RedisCluster {
         &mut self.nodes
     }
 
-    /// Runs `redis-cli -c -h 127.0.0.1 -p FIRST_NODE_PORT args...` (cluster mode:
-    /// follows MOVED/ASK redirects) and returns stdout trimmed; panics like
-    /// [`RedisServer::cli`].
+    /// Runs `redis-cli -c -h 127.0.0.1 -p PORT args...` on the first running node
+    /// (cluster mode: follows MOVED/ASK redirects) and returns stdout trimmed; panics
+    /// like [`RedisServer::cli`].
     pub fn cli(&self, args: &[&str]) -> String {
         let mut all = Vec::with_capacity(args.len() + 1);
         all.push("-c");
         all.extend_from_slice(args);
-        run_cli(self.nodes[0].port(), &all)
+        let node = self
+            .nodes
+            .iter()
+            .find(|n| n.is_running())
+            .expect("a running node");
+        run_cli(node.port(), &all)
     }
 }
 

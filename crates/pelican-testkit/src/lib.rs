@@ -1,8 +1,10 @@
-//! Test support for pelican: real `redis-server` processes, Redis Clusters and a
-//! fault-injecting TCP proxy, plus small polling helpers.
+//! Test support for pelican: real `redis-server` processes, Redis Clusters, a
+//! fault-injecting TCP proxy and a client of Nitro's wire format ([`nitro`]), plus small
+//! polling helpers.
 //!
 //! Everything here uses real processes and real sockets; nothing is mocked.
-//! `redis-server` and `redis-cli` must be on `PATH` (the helpers panic with a clear
+//! `redis-server` and `redis-cli` must be on `PATH` (or the server binary named by
+//! `PELICAN_TEST_REDIS_SERVER`, e.g. Valkey's; the helpers panic with a clear
 //! message otherwise, tests are never skipped silently).
 //!
 //! All handles clean up on `Drop` (also while unwinding from a panic): servers are
@@ -21,6 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 mod cluster;
+pub mod nitro;
 mod proxy;
 mod resp;
 mod server;
@@ -28,7 +31,7 @@ mod sys;
 
 pub use cluster::RedisCluster;
 pub use proxy::Proxy;
-pub use server::{RedisServer, RedisServerBuilder};
+pub use server::{server_binary, RedisServer, RedisServerBuilder, SERVER_ENV};
 
 /// Interval between two evaluations of the condition in [`eventually`] and
 /// [`eventually_sync`].

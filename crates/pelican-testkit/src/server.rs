@@ -23,6 +23,18 @@ const LOG_FILE: &str = "redis.log";
 const STDIO_FILE: &str = "stdio.log";
 
 /// Panics with the message used whenever a required binary is missing.
+/// The environment variable that names the server binary the tests start instead of
+/// `redis-server` on PATH (e.g. a Valkey or another Redis version's `redis-server`).
+pub const SERVER_ENV: &str = "PELICAN_TEST_REDIS_SERVER";
+
+/// The server binary: `$PELICAN_TEST_REDIS_SERVER`, or `redis-server` on PATH.
+pub fn server_binary() -> String {
+    std::env::var(SERVER_ENV)
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "redis-server".to_string())
+}
+
 pub(crate) fn binary_missing(name: &str) -> ! {
     panic!(
         "{name} not found on PATH: install redis (apt-get install redis-server) \
@@ -288,7 +300,8 @@ fn spawn_ready(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String>
     let stdio2 = stdio
         .try_clone()
         .map_err(|e| format!("cannot clone {STDIO_FILE} handle: {e}"))?;
-    let mut cmd = Command::new("redis-server");
+    let binary = server_binary();
+    let mut cmd = Command::new(&binary);
     cmd.arg("--port")
         .arg(port.to_string())
         .arg("--bind")
@@ -308,8 +321,8 @@ fn spawn_ready(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String>
         .stderr(stdio2);
     let mut child = match sys::spawn_server_process(cmd) {
         Ok(c) => c,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => binary_missing("redis-server"),
-        Err(e) => return Err(format!("cannot spawn redis-server: {e}")),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => binary_missing(&binary),
+        Err(e) => return Err(format!("cannot spawn {binary}: {e}")),
     };
     match wait_ready(&mut child, port) {
         Ok(()) => Ok(child),

@@ -45,3 +45,21 @@ fn three_masters_reach_ok_and_serve_a_hash_tag() {
         .cli(&["MSET", "a", "1", "b", "2"])
         .contains("CROSSSLOT"));
 }
+
+#[test]
+fn a_replica_takes_over_from_a_killed_master() {
+    let mut cluster = RedisCluster::start_with(3, 1, &["--appendonly", "yes"]);
+    assert_eq!(cluster.nodes().len(), 6);
+    assert!(cluster
+        .cluster_url()
+        .starts_with("redis+cluster://127.0.0.1:"));
+    assert_eq!(cluster.cli(&["SET", "{k}x", "1"]), "OK");
+    assert_eq!(cluster.cli(&["WAIT", "1", "5000"]), "1");
+    let victim = cluster.kill_master_of("{k}x");
+    assert!(!cluster.nodes()[victim].is_running());
+    let heir = cluster.master_of("{k}x");
+    assert_ne!(heir, victim);
+    // The replica had the write (it was acknowledged before the kill, and replication
+    // on loopback is immediate in practice; WAIT makes it certain).
+    assert_eq!(cluster.cli(&["GET", "{k}x"]), "1");
+}

@@ -15,13 +15,12 @@ for i = 3, #ARGV, 2 do
     local key = reqp .. rid
     local v = redis.pcall('GET', key)
     if type(v) == 'table' and v.err then v = false end -- a foreign key of another type
-    if v and string.sub(v, 1, 1) == 'P' then
-      local nv = string.gsub(v, ';' .. string.gsub(producer, '%p', '%%%0') .. ';', ';', 1)
-      local head, rest = string.match(nv, '^(P[^;]*;[^;]*;)(.*)$')
-      if rest == '' then
-        local id = string.match(v, '^P([^;]*);')
-        redis.call('XACK', stream, group, id)
-        redis.call('XDEL', stream, id)
+    local entry = index_parse(v)
+    if entry then
+      local nv, waited = index_remove_waiter(v, producer)
+      if not waited then
+        redis.call('XACK', stream, group, entry)
+        redis.call('XDEL', stream, entry)
         redis.call('DEL', key)
         withdrawn = withdrawn + 1
       elseif nv ~= v then

@@ -10,15 +10,16 @@
 -- XACK (it answers 1 only for the first acknowledgement of a pending entry).
 -- The winners are then acknowledged and deleted with one XACK and one XDEL, and each
 -- producer gets one reply entry for all its outcomes.
-local stream, reqp, replyp = KEYS[1], KEYS[2], KEYS[3]
-local group, ttl, maxlen, now = ARGV[1], tonumber(ARGV[2]), ARGV[3], tonumber(ARGV[4])
+local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], group = ARGV[1],
+  ttl = tonumber(ARGV[2]), maxlen = ARGV[3], now = tonumber(ARGV[4]) }
+local stream, group = q.stream, q.group
 local out, done, acks = {}, {}, {}
 for i = 5, #ARGV, 5 do
   local sid, rid, from, indexed, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local won, waiters = false, { from }
   if indexed == '1' and rid ~= '' then
-    local key = reqp .. rid
-    local status, w = settle(key, sid, outcome, outcome_ttl(outcome, ttl), now, ttl)
+    local key = q.reqp .. rid
+    local status, w = settle(q, key, sid, outcome)
     if status == 'won' then
       won, waiters = true, w
       acks[#acks + 1] = sid
@@ -46,5 +47,5 @@ end
 for j = 1, #done, 500 do
   redis.call('XDEL', stream, unpack(done, j, math.min(j + 499, #done)))
 end
-flush_replies(replyp, maxlen)
+flush_replies(q)
 return out

@@ -9,10 +9,17 @@
 -- entries and would leave dangling PEL references) and never past the last delivered
 -- entry; 2. undelivered entries past their deadline are deleted and their waiters told
 -- "expired"; 3. consumers that own nothing and were idle longer than the gc age leave.
-local stream, reqp, replyp, lock = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local group, now, interval, runner = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-local gc_after, ttl, maxlen, scan = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7], tonumber(ARGV[8])
-if not redis.call('SET', lock, runner, 'NX', 'PX', interval) then return { 0, 0, 0, 0 } end
+local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], group = ARGV[1],
+  now = tonumber(ARGV[2]), ttl = tonumber(ARGV[6]), maxlen = ARGV[7] }
+local stream, group, now, lock = q.stream, q.group, q.now, KEYS[4]
+local interval, runner, gc_after, scan = ARGV[3], ARGV[4], tonumber(ARGV[5]), tonumber(ARGV[8])
+if not redis.call('SET', lock, runner, 'NX', 'PX', interval) then
+  -- Held: by a run within the interval, unless it never expires. Then it is not a lock
+  -- of ours but a foreign client's key (of any type), which would stop every run for
+  -- good: take it over.
+  if redis.call('PTTL', lock) ~= -1 then return { 0, 0, 0, 0 } end
+  redis.call('SET', lock, runner, 'PX', interval)
+end
 if redis.call('EXISTS', stream) == 0 then return { 1, 0, 0, 0 } end
 
 local function kv(flat)
@@ -51,12 +58,12 @@ for _, e in ipairs(entries) do
   local dl = f['deadline'] and string.match(f['deadline'], '^%d+$') and tonumber(f['deadline'])
   if dl and dl < now and f['rid'] and f['rid'] ~= '' and f['body'] then
     redis.call('XDEL', stream, e[1])
-    finish(reqp, f['rid'], e[1], f['from'], f['index'], 'Xdeadline passed before any consumer took the request', ttl, now, ttl)
+    finish(q, e[1], f, 'Xdeadline passed before any consumer took the request')
     expired = expired + 1
   end
 end
 
-flush_replies(replyp, maxlen)
+flush_replies(q)
 
 -- 3. consumers that are gone
 local removed = 0

@@ -1,14 +1,32 @@
 -- lib.lua: helpers shared by the scripts below; pelican prepends this file to
 -- every script that needs it (Redis cannot share code between scripts).
 --
+-- Key names. The scripts receive the queue's key PREFIXES in KEYS ("P:{Q}:req:",
+-- "P:{Q}:reply:") and append a request or producer id: declaring every key would take
+-- one KEYS entry per request and per waiter. Every key built so carries the hash tag
+-- {Q} of the keys declared, so a script touches one slot and Redis Cluster (which does
+-- not check undeclared keys) runs it. A proxy that routes scripts by their declared
+-- keys, or a server that enforces them, would not: see docs/PROTOCOL.md, "Scripts".
+--
 -- Vocabulary
---   request key  KEYS "reqp" .. rid: a string.
+--   q            the call: what a script got in KEYS and ARGV, as one table built once
+--                per call (fields used here: stream, dead = keys; reqp, replyp = key
+--                prefixes; group; now = ms, a number; ttl = result ttl in ms, a number:
+--                how long an outcome is kept and how long an index outlives its
+--                deadline; maxlen, dead_maxlen = caps of reply and dead-letter streams;
+--                max_body = bytes, a number).
+--   request key  q.reqp .. rid, a string: the index of the request (dedup on), either
 --                pending: "P<stream id>;<deadline ms>;<producer>;<producer>;..."
---                done:    an outcome (below), kept for result_ttl.
+--                         (the entry carrying it, its deadline in digits, then every
+--                         waiting producer, each followed by ";"; none after a requeue),
+--                or done: an outcome (below), kept for q.ttl.
+--                Only the index_* helpers read or write the pending form; the Rust twin
+--                is protocol/index.rs. Any other value (or a key of another type) is a
+--                foreign client's: scripts replace it as if the key were absent.
 --   outcome      a tag byte then a payload: "O"<response body> | "E"<message of a
 --                remote error> | "D"<dead-letter reason> | "X"<expiry note> |
 --                "C"<cancellation note>.
---   reply entry  on "replyp" .. producer: one or more pairs <rid> <outcome>; a script
+--   reply entry  on q.replyp .. producer: one or more pairs <rid> <outcome>; a script
 --                pushes ONE entry per producer for all the outcomes it produced.
 
 -- Outcomes to push, by producer: a flat list rid, outcome, rid, outcome, ...
@@ -37,14 +55,64 @@ local function fields_map(flat)
   return m
 end
 
--- The producers waiting on a pending request value "P<sid>;<deadline>;p1;p2;".
-local function pending_waiters(v)
-  local out, n = {}, 0
-  for part in string.gmatch(v, '([^;]*);') do
-    n = n + 1
-    if n > 2 and part ~= '' then out[#out + 1] = part end
+-- The parts of a pending index value: stream id, deadline (ms, a number), and the
+-- waiters part ("p1;p2;", "" when nobody waits). nil when `v` is not one (missing, an
+-- outcome, or a foreign value).
+local function index_parse(v)
+  if type(v) ~= 'string' or string.byte(v, 1) ~= 80 then return nil end -- 'P'
+  local sid, deadline, waiters = string.match(v, '^P([^;]*);(%d+);(.*)$')
+  if not sid then return nil end
+  return sid, tonumber(deadline), waiters
+end
+
+-- A pending index value: stream entry `sid`, `deadline` (digits), waited for by
+-- `producer` (or by nobody when it is nil).
+local function index_pending(sid, deadline, producer)
+  if producer then return 'P' .. sid .. ';' .. deadline .. ';' .. producer .. ';' end
+  return 'P' .. sid .. ';' .. deadline .. ';'
+end
+
+-- The producers in the waiters part of a pending value, as a list.
+local function index_waiters(waiters)
+  local out = {}
+  for w in string.gmatch(waiters, '([^;]*);') do
+    if w ~= '' then out[#out + 1] = w end
   end
   return out
+end
+
+-- What to APPEND to a pending value with waiters part `waiters` so that `producer`
+-- waits too; nil if it waits already.
+local function index_add_waiter(waiters, producer)
+  if string.find(';' .. waiters, ';' .. producer .. ';', 1, true) then return nil end
+  return producer .. ';'
+end
+
+-- Pending value `v` without waiter `producer` (unchanged if it was not waiting), and
+-- whether anyone still waits. nil if `v` is not a pending value.
+local function index_remove_waiter(v, producer)
+  local head, waiters = string.match(v, '^(P[^;]*;%d+;)(.*)$')
+  if not head then return nil end
+  local s, e = string.find(';' .. waiters, ';' .. producer .. ';', 1, true)
+  if s then
+    waiters = string.sub(waiters, 1, s - 1) .. string.sub(waiters, e)
+    v = head .. waiters
+  end
+  return v, string.find(waiters, '[^;]') ~= nil
+end
+
+-- Whether a string value is an outcome (its tag byte: O E D X C).
+local outcome_tags = { [79] = true, [69] = true, [68] = true, [88] = true, [67] = true }
+local function is_outcome(v)
+  return outcome_tags[string.byte(v, 1)] == true
+end
+
+-- How long an outcome is kept: `ttl`, except an expiry, which is not a result: it is
+-- not kept, so that a later identical request (or a waiter whose own deadline has not
+-- passed, submitting again) starts afresh instead of reading "expired" from the cache.
+local function outcome_ttl(outcome, ttl)
+  if string.byte(outcome, 1) == 88 then return 0 end -- 'X'
+  return ttl
 end
 
 -- Puts `outcome` in place of the index value at `key` if that value is the pending
@@ -54,9 +122,11 @@ end
 --                   rid, a requeued dead letter while the rid is in flight again, an
 --                   entry whose index expired and was submitted afresh) or is an outcome
 --                   already recorded: put back as it was (first outcome wins)
---   'gone'          there was no value (it expired); `outcome` is stored now
--- ttl 0 deletes the value instead of replacing it.
-local function settle(key, sid, outcome, ttl, now, grace)
+--   'gone'          there was no index (it expired, or a foreign client's value was
+--                   there); `outcome` is stored now
+-- An expiry deletes the value instead of replacing it (outcome_ttl).
+local function settle(q, key, sid, outcome)
+  local ttl = outcome_ttl(outcome, q.ttl)
   local old
   if ttl > 0 then
     old = redis.pcall('SET', key, outcome, 'PX', ms_arg(ttl), 'GET')
@@ -71,29 +141,20 @@ local function settle(key, sid, outcome, ttl, now, grace)
     else
       redis.call('DEL', key)
     end
-    old = false
+    return 'gone'
   end
   if not old then return 'gone' end
-  local head = 'P' .. sid .. ';'
-  if string.sub(old, 1, #head) == head then
-    return 'won', pending_waiters(old)
-  end
+  local isid, deadline, waiters = index_parse(old)
+  if isid == sid then return 'won', index_waiters(waiters) end
   local px = ttl
-  if string.sub(old, 1, 1) == 'P' then
-    local dl = tonumber(string.match(old, '^P[^;]*;([^;]*);')) or now
-    px = math.max(dl - now, 1) + grace
+  if isid then
+    px = math.max(deadline - q.now, 1) + q.ttl
+  elseif not is_outcome(old) then
+    return 'gone' -- a foreign string: replaced already
   end
-  if px <= 0 then px = grace end
+  if px <= 0 then px = q.ttl end
   redis.call('SET', key, old, 'PX', px)
   return 'other'
-end
-
--- How long an outcome is kept: `ttl`, except an expiry, which is not a result: it is
--- not kept, so that a later identical request (or a waiter whose own deadline has not
--- passed, submitting again) starts afresh instead of reading "expired" from the cache.
-local function outcome_ttl(outcome, ttl)
-  if string.byte(outcome, 1) == 88 then return 0 end -- 'X'
-  return ttl
 end
 
 -- Queues `outcome` of `rid` for each producer in `waiters` (sent by `flush_replies`,
@@ -112,15 +173,17 @@ local function queue_replies(rid, outcome, waiters)
   end
 end
 
--- Resolves request `rid` (held by stream entry `sid`) with `outcome`. Callers have
--- acknowledged `sid` already (or it was never delivered), so this is the entry's one
--- outcome. Indexed requests (dedup on) go through `settle`; requests without an index
--- have one waiter, `from`, and no stored outcome. Returns the number of producers told.
-local function finish(reqp, rid, sid, from, indexed, outcome, ttl, now, grace)
+-- Resolves the request carried by stream entry `sid` with `outcome`; `f` holds the
+-- entry's fields rid, from and index. Callers have acknowledged `sid` already (or it was
+-- never delivered), so this is the entry's one outcome. Indexed requests (dedup on) go
+-- through `settle`; requests without an index have one waiter, `from`, and no stored
+-- outcome. Returns the number of producers told.
+local function finish(q, sid, f, outcome)
+  local rid = f.rid
   if rid == nil or rid == '' then return 0 end
-  local waiters = { from or '' }
-  if indexed == '1' then
-    local status, w = settle(reqp .. rid, sid, outcome, outcome_ttl(outcome, ttl), now, grace)
+  local waiters = { f.from or '' }
+  if f.index == '1' then
+    local status, w = settle(q, q.reqp .. rid, sid, outcome)
     if status == 'won' then
       waiters = w
     elseif status == 'other' then
@@ -133,26 +196,31 @@ end
 
 -- Pushes the outcomes collected by `finish`: one XADD per producer, not per outcome.
 -- NOMKSTREAM: a producer whose reply stream expired is gone; do not recreate it.
-local function flush_replies(replyp, maxlen)
+-- pcall: a key of another type there (a foreign client's) must not abort the script
+-- after its work is done, losing the other producers' replies; that one cannot be told.
+local function flush_replies(q)
   for w, flat in pairs(replies) do
     for i = 1, #flat, 400 do
-      redis.call('XADD', replyp .. w, 'NOMKSTREAM', 'MAXLEN', '~', maxlen, '*',
+      redis.pcall('XADD', q.replyp .. w, 'NOMKSTREAM', 'MAXLEN', '~', q.maxlen, '*',
         unpack(flat, i, math.min(i + 399, #flat)))
     end
   end
   replies = {}
 end
 
--- Moves stream entry `sid` (fields `flat`) to the dead-letter stream with
--- `reason`, acknowledges and deletes it, and tells its waiters.
--- A value longer than `max_body` is not copied (an oversized body must not be stored
+-- Moves stream entry `e.sid` (fields `e.fields`, a flat array, nil if the entry is
+-- gone) to the dead-letter stream with `e.reason`, `e.deliveries` and `e.consumer`
+-- (its last owner), acknowledges and deletes it, and tells its waiters.
+-- A value longer than q.max_body is not copied (an oversized body must not be stored
 -- twice); its length is recorded as `<field>_bytes` instead.
-local function bury(stream, dead, reqp, replyp, group, sid, flat, reason, deliveries, consumer, now, ttl, maxlen, dead_maxlen, max_body)
-  local args = { 'XADD', dead, 'MAXLEN', '~', dead_maxlen, '*',
-    'entry', sid, 'reason', reason, 'deliveries', deliveries, 'consumer', consumer, 'dead_at', now }
+local function bury(q, e)
+  local args = { 'XADD', q.dead, 'MAXLEN', '~', q.dead_maxlen, '*',
+    'entry', e.sid, 'reason', e.reason, 'deliveries', e.deliveries, 'consumer', e.consumer,
+    'dead_at', ms_arg(q.now) }
+  local flat = e.fields
   if flat then
     for i = 1, #flat - 1, 2 do
-      if #flat[i + 1] > max_body then
+      if #flat[i + 1] > q.max_body then
         args[#args + 1] = flat[i] .. '_bytes'
         args[#args + 1] = #flat[i + 1]
       else
@@ -162,8 +230,7 @@ local function bury(stream, dead, reqp, replyp, group, sid, flat, reason, delive
     end
   end
   redis.call(unpack(args))
-  redis.call('XACK', stream, group, sid)
-  redis.call('XDEL', stream, sid)
-  local f = fields_map(flat)
-  return finish(reqp, f['rid'], sid, f['from'], f['index'], 'D' .. reason, ttl, tonumber(now), ttl)
+  redis.call('XACK', q.stream, q.group, e.sid)
+  redis.call('XDEL', q.stream, e.sid)
+  return finish(q, e.sid, fields_map(flat), 'D' .. e.reason)
 end

@@ -19,11 +19,12 @@
 -- XPENDING (with IDLE) comes first so the previous owner and the delivery count are known;
 -- XCLAIM with the same min idle then skips anything renewed in between (it cannot be, the
 -- script is atomic, but the guard costs nothing).
-local stream, dead, reqp, replyp = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local group, consumer, min_idle, cursor = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local count, maxd, now = tonumber(ARGV[5]), tonumber(ARGV[6]), ARGV[7]
-local ttl, maxlen, dead_maxlen = tonumber(ARGV[8]), ARGV[9], ARGV[10]
-local max_body = tonumber(ARGV[11])
+local q = { stream = KEYS[1], dead = KEYS[2], reqp = KEYS[3], replyp = KEYS[4],
+  group = ARGV[1], now = tonumber(ARGV[7]), ttl = tonumber(ARGV[8]), maxlen = ARGV[9],
+  dead_maxlen = ARGV[10], max_body = tonumber(ARGV[11]) }
+local stream, group = q.stream, q.group
+local consumer, min_idle, cursor = ARGV[2], ARGV[3], ARGV[4]
+local count, maxd = tonumber(ARGV[5]), tonumber(ARGV[6])
 local idle = ARGV[12] == '1'
 local pend = redis.call('XPENDING', stream, group, 'IDLE', min_idle, cursor, '+', count)
 if #pend == 0 then return { '-', {}, {}, 0, '', 0 } end
@@ -34,9 +35,9 @@ for _, e in ipairs(pend) do
     local r = redis.call('XRANGE', stream, id, id)
     local flat = nil
     if r[1] then flat = r[1][2] end
-    bury(stream, dead, reqp, replyp, group, id, flat,
-      'delivered ' .. deliveries .. ' times without an outcome (max_deliveries ' .. maxd .. '); last consumer ' .. owner,
-      deliveries, owner, now, ttl, maxlen, dead_maxlen, max_body)
+    bury(q, { sid = id, fields = flat, deliveries = deliveries, consumer = owner,
+      reason = 'delivered ' .. deliveries .. ' times without an outcome (max_deliveries '
+        .. maxd .. '); last consumer ' .. owner })
     ndead = ndead + 1
   elseif deliveries == maxd - 1 and (not idle or solo ~= '' or #claim > 0) then
     -- its last delivery waits for a consumer with nothing in hand
@@ -54,7 +55,7 @@ local claimed = {}
 if #claim > 0 then
   claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, unpack(claim))
 end
-flush_replies(replyp, maxlen)
+flush_replies(q)
 local next_cursor = '-'
 if solo ~= '' then
   next_cursor = '(' .. solo

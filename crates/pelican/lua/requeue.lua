@@ -1,14 +1,21 @@
 -- requeue.lua: put dead letters back on the queue as fresh requests.
 -- KEYS[1] stream   KEYS[2] dead-letter stream   KEYS[3] request prefix
--- ARGV[1] now (ms)   ARGV[2] new deadline (ms)   ARGV[3] grace (ms)   ARGV[4..] dead-letter ids
+-- ARGV[1] now (ms)   ARGV[2] new deadline (ms)
+-- ARGV[3] result ttl (ms: how long a new index outlives the deadline)
+-- ARGV[4..] dead-letter ids
 -- Reply: flat list of dead-letter id, new stream id ("" when the id was not found or the
 -- entry had no body to requeue).
 -- The original fields (rid, from, index, body) are kept, the deadline is renewed and
--- the delivery count starts again. An indexed request gets a fresh index (with no
--- waiters, unless the same rid is in flight again already: its outcome is cached for result_ttl for whoever asks again); the dead
--- outcome cached for it is replaced.
+-- the delivery count starts again. An indexed request gets a fresh index with no
+-- waiters (the dead outcome cached for it is replaced), unless the same rid is in
+-- flight again already: that entry's outcome is then cached for whoever asks again.
+-- All of a letter's work or none of it: everything that can fail on a key's contents is
+-- read before the first write (a request key of another type, a foreign client's, is
+-- replaced like any value that is not a pending index), so a second requeue of the same
+-- letter can never queue it twice.
 local stream, dead, reqp = KEYS[1], KEYS[2], KEYS[3]
-local now, deadline, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local now, deadline, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
+local px = tonumber(deadline) - tonumber(now) + ttl
 local out = {}
 for i = 4, #ARGV do
   local did = ARGV[i]
@@ -19,12 +26,15 @@ for i = 4, #ARGV do
     if f['body'] then
       local rid = f['rid'] or ''
       local indexed = f['index'] or '0'
-      sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', f['from'] or '', 'deadline', deadline,
-        'at', now, 'index', indexed, 'body', f['body'])
-      local cur = nil
-      if rid ~= '' then cur = redis.call('GET', reqp .. rid) end
-      if indexed == '1' and rid ~= '' and not (cur and string.sub(cur, 1, 1) == 'P') then
-        redis.call('SET', reqp .. rid, 'P' .. sid .. ';' .. deadline .. ';', 'PX', deadline - now + grace)
+      local fresh = false
+      if indexed == '1' and rid ~= '' then
+        local cur = redis.pcall('GET', reqp .. rid)
+        fresh = not index_parse(cur)
+      end
+      sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', f['from'] or '',
+        'deadline', deadline, 'at', now, 'index', indexed, 'body', f['body'])
+      if fresh then
+        redis.call('SET', reqp .. rid, index_pending(sid, deadline), 'PX', px)
       end
       redis.call('XDEL', dead, did)
     end

@@ -2,54 +2,55 @@
 -- KEYS[1] stream            P:{Q}:stream
 -- KEYS[2] request prefix    P:{Q}:req:     (rid appended here; same hash tag)
 -- KEYS[3] reply prefix      P:{Q}:reply:
--- ARGV[1] now (ms)   ARGV[2] producer id   ARGV[3] grace (ms the index outlives the deadline)
--- ARGV[4] group      ARGV[5] result ttl (ms)   ARGV[6] reply maxlen
--- ARGV[7..] quintuples: rid, deadline (ms), index ttl (ms: time to the deadline plus
---           grace, at least grace + 1), trace context ('' for none: no tp field), body
+-- ARGV[1] now (ms)   ARGV[2] producer id   ARGV[3] group
+-- ARGV[4] result ttl (ms: also how long an index outlives its deadline)
+-- ARGV[5] reply maxlen
+-- ARGV[6..] quintuples: rid, deadline (ms), index ttl (ms: time to the deadline plus
+--           result ttl, at least result ttl + 1), trace context ('' for none: no tp
+--           field), body
 -- Numbers are passed on to Redis as the strings they came in: Lua would format a number
 -- with printf's %.17g, a real share of the server's time at high rates.
 -- Reply: one string per request, in order:
 --   "+<sid>" queued as a new stream entry   "=" joined a request already in flight
---   an outcome ("O..", "E..", "D..", "X..") the cached result of a finished request
-local stream, reqp, replyp = KEYS[1], KEYS[2], KEYS[3]
-local now, producer, grace = tonumber(ARGV[1]), ARGV[2], tonumber(ARGV[3])
-local group, ttl, maxlen = ARGV[4], tonumber(ARGV[5]), ARGV[6]
+--   an outcome ("O..", "E..", "D..", ...) the cached result of a finished request
+local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], now = tonumber(ARGV[1]),
+  group = ARGV[3], ttl = tonumber(ARGV[4]), maxlen = ARGV[5] }
+local at, producer = ARGV[1], ARGV[2]
 local out = {}
-for i = 7, #ARGV, 5 do
+for i = 6, #ARGV, 5 do
   local rid, deadline, index_ttl, tp, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local key = reqp .. rid
+  local key = q.reqp .. rid
   local v = redis.pcall('GET', key)
   -- not a string: a foreign client's key, not ours; the SET below replaces it
   if type(v) == 'table' and v.err then v = false end
-  if v and string.sub(v, 1, 1) == 'P' then
-    local sid, dl = string.match(v, '^P([^;]*);([^;]*);')
-    if tonumber(dl) and tonumber(dl) < now then
-      -- in flight but past its deadline: expire it so this submission starts afresh
-      redis.call('XACK', stream, group, sid)
-      redis.call('XDEL', stream, sid)
-      finish(reqp, rid, sid, nil, '1', 'Xdeadline passed before the request was solved', 0, now, grace)
-      v = nil
-    end
+  local sid, dl, waiters = index_parse(v)
+  local answer
+  if sid and dl < q.now then
+    -- in flight but past its deadline: expire it so this submission starts afresh
+    redis.call('XACK', q.stream, q.group, sid)
+    redis.call('XDEL', q.stream, sid)
+    finish(q, sid, { rid = rid, index = '1' }, 'Xdeadline passed before the request was solved')
+  elseif sid then
+    local more = index_add_waiter(waiters, producer)
+    if more then redis.call('APPEND', key, more) end
+    answer = '='
+  elseif v and is_outcome(v) then
+    answer = v
   end
-  if v and string.sub(v, 1, 1) == 'P' then
-    if not string.find(v, ';' .. producer .. ';', 1, true) then
-      redis.call('APPEND', key, producer .. ';')
-    end
-    out[#out + 1] = '='
-  elseif v then
-    out[#out + 1] = v
-  else
-    local sid
+  -- anything else (no value, an expired one, a foreign client's): a new entry
+  if not answer then
+    local new
     if tp == '' then
-      sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', producer, 'deadline', deadline,
-        'at', ARGV[1], 'index', '1', 'body', body)
+      new = redis.call('XADD', q.stream, '*', 'rid', rid, 'from', producer,
+        'deadline', deadline, 'at', at, 'index', '1', 'body', body)
     else
-      sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', producer, 'deadline', deadline,
-        'at', ARGV[1], 'index', '1', 'tp', tp, 'body', body)
+      new = redis.call('XADD', q.stream, '*', 'rid', rid, 'from', producer,
+        'deadline', deadline, 'at', at, 'index', '1', 'tp', tp, 'body', body)
     end
-    redis.call('SET', key, 'P' .. sid .. ';' .. deadline .. ';' .. producer .. ';', 'PX', index_ttl)
-    out[#out + 1] = '+' .. sid
+    redis.call('SET', key, index_pending(new, deadline, producer), 'PX', index_ttl)
+    answer = '+' .. new
   end
+  out[#out + 1] = answer
 end
-flush_replies(replyp, maxlen)
+flush_replies(q)
 return out

@@ -110,6 +110,23 @@ impl Error {
         self.kind
     }
 
+    /// The message followed by its causes (the `source` chain), each said once (the
+    /// client library's errors repeat their own source's text). `{:#}` shows this too,
+    /// after the kind.
+    pub fn message_with_causes(&self) -> String {
+        let mut out = self.message.clone();
+        let mut next = std::error::Error::source(self);
+        while let Some(cause) = next {
+            let text = cause.to_string();
+            if !out.contains(&text) {
+                out.push_str(": ");
+                out.push_str(&text);
+            }
+            next = cause.source();
+        }
+        out
+    }
+
     /// The human-readable message (for [`ErrorKind::Remote`], the handler's own words),
     /// without the cause: see [`std::error::Error::source`], or format with `{:#}`.
     pub fn message(&self) -> &str {
@@ -194,19 +211,7 @@ impl fmt::Display for Error {
         if !f.alternate() {
             return write!(f, "{}: {}", self.kind.as_str(), self.message);
         }
-        // The client library's errors show their own source's text too: each cause
-        // is written once.
-        let mut out = format!("{}: {}", self.kind.as_str(), self.message);
-        let mut next = std::error::Error::source(self);
-        while let Some(cause) = next {
-            let text = cause.to_string();
-            if !out.contains(&text) {
-                out.push_str(": ");
-                out.push_str(&text);
-            }
-            next = cause.source();
-        }
-        f.write_str(&out)
+        write!(f, "{}: {}", self.kind.as_str(), self.message_with_causes())
     }
 }
 

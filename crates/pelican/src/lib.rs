@@ -38,8 +38,9 @@
 //! ```
 //!
 //! ## Layout
-//! - [`config`]: where a queue lives ([`QueueConfig`]) and how producers and consumers
-//!   behave ([`ProducerConfig`], [`ConsumerConfig`]).
+//! - [`config`]: where a queue lives and how many partitions it has ([`QueueConfig`],
+//!   `mod.rs`), how producers and consumers behave ([`ProducerConfig`],
+//!   [`ConsumerConfig`], a file each).
 //! - `producer/`: [`Producer`] (`mod.rs`), [`Ticket`] (`ticket.rs`), the waiters table
 //!   (`pending.rs`), batched submissions (`submit.rs`), withdrawals (`cancel.rs`), the reply
 //!   reader (`replies.rs`), trimming, sweep and janitor (`maintenance.rs`).
@@ -47,12 +48,16 @@
 //!   idle work (`reclaim.rs`), the outcome writer (`writer.rs`), leases (`lease.rs`),
 //!   renewal and janitor (`maintenance.rs`), [`Delivery`], [`Job`], [`HandlerError`]
 //!   (`delivery.rs`).
+//! - [`nitro`]: Nitro's wire format (Arbitrum's `pubsub` streams): a consumer, a producer,
+//!   stats and the validation types, on the same building blocks.
 //! - [`admin`]: look inside a queue (stats, one request, dead letters), requeue and purge.
 //! - `protocol/`: what is written to Redis: keys ([`Keys`]), stream entries, the request
 //!   index value, outcomes, and one typed call per Lua script (`lua/*.lua`); described in
 //!   `docs/PROTOCOL.md`.
-//! - `conn/`: every connection (the shared one, the tasks' own, the lean wire), backoff and
-//!   retry. `shared.rs`: what a connected queue's producers, consumers and admin share.
+//! - `conn/`: every connection (the shared one, on one node or a Redis Cluster; the
+//!   tasks' own, to the node of their partition's slot; the lean wire), hash slots and
+//!   cluster URLs (`cluster.rs`), backoff and retry. `shared.rs`: one partition of a
+//!   connected queue, what its producers, consumers and admin share.
 //! - `error`: [`Error`], [`ErrorKind`]; `codec`: [`Codec`], [`Json`]; `task`: owned,
 //!   supervised background tasks; `trace`: trace context across processes; `metrics`,
 //!   `ids`, `clock`.
@@ -84,6 +89,7 @@ mod consumer;
 mod error;
 mod ids;
 mod metrics;
+pub mod nitro;
 mod producer;
 mod protocol;
 mod shared;

@@ -7,14 +7,20 @@ use crate::config::QueueConfig;
 use crate::conn::{Conn, Endpoint, OwnConn};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
-use crate::protocol::entry;
 use crate::protocol::keys::Keys;
-use crate::protocol::scripts::Scripts;
+use crate::protocol::scripts::{Janitor, Scripts};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How many undelivered entries one janitor run checks for expiry.
+const JANITOR_SCAN: usize = 100;
+
+/// One partition of a connected queue (a queue of one partition has one): its keys and
+/// scripts, and what all partitions share (the connection, the metrics).
 pub(crate) struct Shared {
     pub(crate) queue: QueueConfig,
+    /// Which partition: 0 to `queue.partitions - 1`.
+    pub(crate) partition: u32,
     pub(crate) keys: Keys,
     pub(crate) endpoint: Endpoint,
     pub(crate) conn: Conn,
@@ -23,26 +29,63 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub(crate) async fn connect(queue: &QueueConfig) -> Result<Arc<Shared>> {
-        let shared = Shared::connect_only(queue).await?;
-        shared.ensure_group().await?;
-        Ok(shared)
+    /// Connects to the queue (one `Shared` per partition, one connection for all),
+    /// checks or records its number of partitions, and creates the streams and consumer
+    /// groups that are missing.
+    pub(crate) async fn connect(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
+        let parts = Shared::connect_parts(queue).await?;
+        let mut conn = parts[0].conn();
+        let key = &parts[0].keys.partitions;
+        // Recorded by the first process of the queue; any later one must agree.
+        let (_, recorded): ((), Option<u32>) = redis::pipe()
+            .cmd("SET")
+            .arg(key)
+            .arg(queue.partitions)
+            .arg("NX")
+            .cmd("GET")
+            .arg(key)
+            .query_async(&mut conn)
+            .await
+            .map_err(|e| Error::redis("recording the queue's number of partitions", e))?;
+        check_partitions(queue, recorded)?;
+        for part in &parts {
+            part.ensure_group().await?;
+        }
+        Ok(parts)
     }
 
-    /// Connects without creating anything in Redis (for read-only tools).
-    pub(crate) async fn connect_only(queue: &QueueConfig) -> Result<Arc<Shared>> {
+    /// Connects without creating anything in Redis (for operators' tools); still refuses
+    /// a number of partitions other than the queue's recorded one.
+    pub(crate) async fn connect_only(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
+        let parts = Shared::connect_parts(queue).await?;
+        let recorded: Option<u32> = redis::cmd("GET")
+            .arg(&parts[0].keys.partitions)
+            .query_async(&mut parts[0].conn())
+            .await
+            .map_err(|e| Error::redis("reading the queue's number of partitions", e))?;
+        check_partitions(queue, recorded)?;
+        Ok(parts)
+    }
+
+    async fn connect_parts(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
         queue.validate()?;
         let endpoint = Endpoint::of(queue)?;
         let conn = endpoint.connect(queue).await?;
-        let shared = Arc::new(Shared {
-            keys: Keys::new(&queue.prefix, &queue.name),
-            queue: queue.clone(),
-            endpoint,
-            conn,
-            scripts: Scripts::new(),
-            metrics: Metrics::new(&queue.name),
-        });
-        Ok(shared)
+        let metrics = Metrics::new(&queue.name);
+        Ok((0..queue.partitions)
+            .map(|p| {
+                let keys = queue.partition_keys(p);
+                Arc::new(Shared {
+                    scripts: Scripts::new(keys.clone()),
+                    keys,
+                    partition: p,
+                    queue: queue.clone(),
+                    endpoint: endpoint.clone(),
+                    conn: conn.clone(),
+                    metrics: metrics.clone(),
+                })
+            })
+            .collect())
     }
 
     pub(crate) fn conn(&self) -> Conn {
@@ -112,36 +155,37 @@ impl Shared {
     /// Runs the janitor unless another process ran it within the interval.
     pub(crate) async fn janitor(&self, runner: &str) -> Result<JanitorReport> {
         let q = &self.queue;
-        let v: redis::Value = self
-            .scripts
-            .janitor
-            .key(&self.keys.stream)
-            .key(&self.keys.req_prefix)
-            .key(&self.keys.reply_prefix)
-            .key(&self.keys.janitor_lock)
-            .arg(&self.keys.group)
-            .arg(now_ms())
-            .arg(ms(q.janitor_interval).max(1))
-            .arg(runner)
-            .arg(ms(q.consumer_gc_after))
-            .arg(ms(q.result_ttl))
-            .arg(q.reply_maxlen)
-            .arg(100)
-            .invoke_async(&mut self.conn())
-            .await
-            .map_err(|e| Error::redis("running the janitor", e))?;
-        let a = entry::array(&v);
-        let n = |i: usize| a.get(i).and_then(entry::int).unwrap_or(0) as u64;
-        let report = JanitorReport {
-            ran: n(0) == 1,
-            trimmed: n(1),
-            expired: n(2),
-            consumers_removed: n(3),
-        };
+        let report = Janitor {
+            now_ms: now_ms(),
+            interval_ms: ms(q.janitor_interval).max(1),
+            runner,
+            consumer_gc_after_ms: ms(q.consumer_gc_after),
+            result_ttl_ms: ms(q.result_ttl),
+            reply_maxlen: q.reply_maxlen,
+            scan: JANITOR_SCAN,
+        }
+        .call(&self.scripts)
+        .invoke(&mut self.conn())
+        .await
+        .map_err(|e| Error::redis("running the janitor", e))?;
         if report.ran && (report.trimmed + report.expired + report.consumers_removed) > 0 {
             tracing::debug!(queue = %q.name, ?report, "janitor");
         }
         Ok(report)
+    }
+}
+
+/// Refuses a process whose number of partitions differs from the queue's.
+fn check_partitions(queue: &QueueConfig, recorded: Option<u32>) -> Result<()> {
+    match recorded {
+        Some(n) if n != queue.partitions => Err(Error::config(format!(
+            "queue {:?} has {n} partition(s), but this process is configured with {}: every \
+             process of a queue must use the queue's number (--partitions / \
+             PELICAN_PARTITIONS, QueueConfig::with_partitions); to change it, drain the \
+             queue first (docs/PROTOCOL.md, \"Partitions\")",
+            queue.name, queue.partitions
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -32,6 +32,10 @@ pub struct Report {
     pub lat: Phase,
     /// What Redis did during the throughput phase.
     pub server: ServerDelta,
+    /// On a cluster, what each master did (address, delta); empty on one node.
+    pub nodes: Vec<(String, ServerDelta)>,
+    /// The queue's partitions.
+    pub partitions: u32,
     /// CPU during the throughput phase.
     pub cpu: CpuSplit,
     /// Resident memory (kB) per role after the warm-up.
@@ -140,6 +144,7 @@ impl Report {
             ("payload_bytes", json!(self.payload_bytes)),
             ("answers_checked", json!(self.checked)),
             ("bad_answers", json!(0)),
+            ("partitions", json!(self.partitions.max(1))),
         ];
         let mut fields: Vec<(String, String)> = values
             .into_iter()
@@ -157,6 +162,23 @@ impl Report {
             ),
             ("keys_left".to_string(), "0".to_string()),
         ]);
+        if !self.nodes.is_empty() {
+            let total = self.server.cpu_us.max(1) as f64;
+            let per = |n: u64| n as f64 / self.tp.requests.max(1) as f64;
+            let nodes: Vec<Value> = self
+                .nodes
+                .iter()
+                .map(|(addr, d)| {
+                    json!({
+                        "node": addr,
+                        "redis_cpu_us_per_req": round1(per(d.cpu_us)),
+                        "redis_cmds_per_req": r2(per(d.total())),
+                        "cpu_share": r3(d.cpu_us as f64 / total),
+                    })
+                })
+                .collect();
+            fields.push(("nodes".to_string(), json!(nodes).to_string()));
+        }
         object(fields)
     }
 
@@ -229,6 +251,16 @@ impl Report {
             .iter()
             .map(|(name, per)| format!("{name} {per}"))
             .collect();
+        if !self.nodes.is_empty() {
+            let total = self.server.cpu_us.max(1) as f64;
+            for (addr, d) in &self.nodes {
+                out.push_str(&format!(
+                    "  node {addr}: {:.1} µs of CPU per request, {:.0} % of the cluster's\n",
+                    d.cpu_us as f64 / self.tp.requests.max(1) as f64,
+                    100.0 * d.cpu_us as f64 / total
+                ));
+            }
+        }
         out.push_str(&format!(
             "Redis per request (throughput phase): {:.2} commands, scripts' commands included \
              ({}); {:.1} µs of server CPU\n",

@@ -10,8 +10,43 @@ use redis::ConnectionAddr;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-/// Fails unless `url` names a server on this machine (loopback address or Unix socket).
+/// The single-node URLs of a `redis+cluster://` URL's seeds (with its credentials), or
+/// `None` for a single-node URL.
+fn cluster_seeds(url: &str) -> Option<Vec<String>> {
+    let (scheme, rest) = if let Some(r) = url.strip_prefix("redis+cluster://") {
+        ("redis", r)
+    } else {
+        ("rediss", url.strip_prefix("rediss+cluster://")?)
+    };
+    let (creds, hosts) = match rest.rfind('@') {
+        Some(at) => (&rest[..=at], &rest[at + 1..]),
+        None => ("", rest),
+    };
+    Some(
+        hosts
+            .trim_end_matches('/')
+            .split(',')
+            .filter(|h| !h.is_empty())
+            .map(|h| format!("{scheme}://{creds}{h}"))
+            .collect(),
+    )
+}
+
+/// Fails unless `url` names servers on this machine (loopback addresses or a Unix
+/// socket; for a cluster, every seed).
 pub fn require_loopback(url: &str) -> CliResult {
+    if let Some(seeds) = cluster_seeds(url) {
+        for seed in seeds {
+            require_loopback(&seed).map_err(|_| {
+                CliError::usage(format!(
+                    "refusing to benchmark the cluster at {}: `pelican bench` only runs \
+                     against servers on this machine (loopback addresses)",
+                    redacted_url(url)
+                ))
+            })?;
+        }
+        return Ok(());
+    }
     let client = redis::Client::open(url)
         .map_err(|e| CliError::usage(format!("invalid Redis URL {}: {e}", redacted_url(url))))?;
     let host = match client.get_connection_info().addr() {
@@ -34,6 +69,76 @@ pub fn require_loopback(url: &str) -> CliResult {
 fn is_loopback(host: &str) -> bool {
     let h = host.trim_start_matches('[').trim_end_matches(']');
     h.eq_ignore_ascii_case("localhost") || h.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
+/// The servers a run loads: the one node, or every master of a cluster, each with a
+/// connection for the bench's own questions.
+pub struct Servers {
+    pub nodes: Vec<(String, MultiplexedConnection)>,
+}
+
+impl Servers {
+    pub async fn connect(url: &str) -> CliResult<Servers> {
+        let Some(seeds) = cluster_seeds(url) else {
+            return Ok(Servers {
+                nodes: vec![("redis".into(), connect(url).await?)],
+            });
+        };
+        let first = seeds
+            .first()
+            .ok_or_else(|| CliError::usage("a cluster URL without seed nodes"))?;
+        let mut seed = connect(first).await?;
+        let nodes: String = redis::cmd("CLUSTER")
+            .arg("NODES")
+            .query_async(&mut seed)
+            .await
+            .map_err(|e| redis_error("asking the cluster for its nodes", &e))?;
+        let creds = first
+            .split_once("://")
+            .and_then(|(_, r)| r.rfind('@').map(|at| &r[..=at]))
+            .unwrap_or("");
+        let scheme = first.split_once("://").map(|(s, _)| s).unwrap_or("redis");
+        let mut out = Vec::new();
+        // `<id> <ip:port@bus> <flags> ...`: the masters, in slot order is not needed.
+        for line in nodes.lines() {
+            let parts: Vec<&str> = line.split_whitespace().collect();
+            if parts.len() < 3 || !parts[2].contains("master") || parts[2].contains("fail") {
+                continue;
+            }
+            let addr = parts[1].split('@').next().unwrap_or_default().to_string();
+            let conn = connect(&format!("{scheme}://{creds}{addr}")).await?;
+            out.push((addr, conn));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(Servers { nodes: out })
+    }
+
+    /// Every node's counters, in node order.
+    pub async fn counters(&mut self) -> CliResult<Vec<ServerCounters>> {
+        let mut out = Vec::with_capacity(self.nodes.len());
+        for (_, c) in &mut self.nodes {
+            out.push(counters(c).await?);
+        }
+        Ok(out)
+    }
+
+    /// The local pid of every node that runs on this machine.
+    pub async fn local_pids(&mut self) -> Vec<Option<u32>> {
+        let mut out = Vec::new();
+        for (_, c) in &mut self.nodes {
+            out.push(local_pid(c).await);
+        }
+        out
+    }
+
+    /// Keys containing `needle` on any node.
+    pub async fn keys_containing(&mut self, needle: &str) -> CliResult<Vec<String>> {
+        let mut out = Vec::new();
+        for (_, c) in &mut self.nodes {
+            out.extend(keys_containing(c, needle).await?);
+        }
+        Ok(out)
+    }
 }
 
 /// A connection for the bench's own questions (not the producer's).
@@ -137,6 +242,22 @@ impl ServerDelta {
     pub fn total(&self) -> u64 {
         self.calls.iter().map(|(_, n)| n).sum()
     }
+
+    /// The deltas of several nodes added up.
+    pub fn sum(parts: &[ServerDelta]) -> ServerDelta {
+        let mut calls: BTreeMap<String, u64> = BTreeMap::new();
+        for p in parts {
+            for (name, n) in &p.calls {
+                *calls.entry(name.clone()).or_default() += n;
+            }
+        }
+        let mut calls: Vec<(String, u64)> = calls.into_iter().collect();
+        calls.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+        ServerDelta {
+            calls,
+            cpu_us: parts.iter().map(|p| p.cpu_us).sum(),
+        }
+    }
 }
 
 /// The server's pid, if it runs on this machine and /proc shows it as a Redis (or
@@ -216,6 +337,17 @@ mod tests {
             assert!(e.message.contains("loopback"), "{e}");
             assert!(!e.message.contains(":p@"), "password shown: {e}");
         }
+    }
+
+    #[test]
+    fn cluster_urls_name_their_seeds() {
+        assert_eq!(cluster_seeds("redis://h:1"), None);
+        assert_eq!(
+            cluster_seeds("redis+cluster://u:p@127.0.0.1:7000,127.0.0.1:7001").unwrap(),
+            ["redis://u:p@127.0.0.1:7000", "redis://u:p@127.0.0.1:7001"]
+        );
+        assert!(require_loopback("redis+cluster://127.0.0.1:1,localhost:2").is_ok());
+        assert!(require_loopback("redis+cluster://127.0.0.1:1,10.0.0.1:2").is_err());
     }
 
     #[test]

@@ -334,10 +334,34 @@ impl App {
         if let Some(a) = admins.get(name) {
             return Ok(a.clone());
         }
-        let cfg = self.queue_config(name)?;
+        let partitions = self.partitions(name).await.map_err(redis_down)?;
+        let cfg = self.queue_config(name)?.with_partitions(partitions);
         let admin = Arc::new(Admin::connect(cfg).await.map_err(|e| from_pelican(&e))?);
         admins.insert(name.to_string(), admin.clone());
         Ok(admin)
+    }
+
+    /// How many partitions the queue has: its record (`P:{Q}:partitions`), else the
+    /// partition tags found (`Q#p`), else one.
+    async fn partitions(&self, name: &str) -> redis::RedisResult<u32> {
+        let mut conn = self.conn.clone();
+        let recorded: Option<String> = redis::cmd("GET")
+            .arg(Keys::new(&self.prefix, name).partitions())
+            .query_async(&mut conn)
+            .await?;
+        if let Some(n) = recorded.and_then(|v| v.trim().parse::<u32>().ok()) {
+            return Ok(n.max(1));
+        }
+        let b = self.board.read().expect("board lock");
+        let found = b
+            .queues
+            .get(name)
+            .map_or(&[][..], |q| &q.now.partitions[..]);
+        Ok(found
+            .iter()
+            .filter_map(|tag| tag.split_once('#')?.1.parse::<u32>().ok())
+            .max()
+            .map_or(1, |p| p + 1))
     }
 
     /// 400 for a name that cannot be a queue's.

@@ -4,12 +4,14 @@
 mod support;
 
 mod bench;
+mod cluster;
 mod dashboard;
 mod dead;
 mod demo;
 mod exit_codes;
 mod inspect;
 mod metrics;
+mod nitro;
 mod round_trip;
 mod stats;
 #[cfg(feature = "otel")]

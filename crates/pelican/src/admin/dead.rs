@@ -3,6 +3,7 @@
 use crate::clock::{ms, now_ms};
 use crate::error::{Error, Result};
 use crate::protocol::entry::parse_entries;
+use crate::protocol::scripts::Requeue;
 use crate::shared::Shared;
 use redis::Value;
 use serde::Serialize;
@@ -30,6 +31,8 @@ pub struct DeadLetter {
     pub body_len: usize,
     /// The first bytes of the body, lossy UTF-8.
     pub body_preview: String,
+    /// The partition it belongs to (0 for a queue of one partition).
+    pub partition: u32,
 }
 
 /// The oldest `count` dead letters.
@@ -62,6 +65,7 @@ pub(super) async fn dead_letters(sh: &Shared, count: usize) -> Result<Vec<DeadLe
                     .and_then(|n| n.parse().ok())
                     .unwrap_or(body.len()),
                 body_preview: String::from_utf8_lossy(&body[..preview_len]).into_owned(),
+                partition: sh.partition,
             }
         })
         .collect())
@@ -85,27 +89,15 @@ pub(super) async fn requeue(
     }
     sh.ensure_group().await?;
     let now = now_ms();
-    let mut inv = sh.scripts.requeue.prepare_invoke();
-    inv.key(&sh.keys.stream)
-        .key(&sh.keys.dead)
-        .key(&sh.keys.req_prefix)
-        .arg(now)
-        .arg(now + ms(timeout))
-        .arg(ms(sh.queue.result_ttl));
-    for id in ids {
-        inv.arg(id);
+    Requeue {
+        now_ms: now,
+        deadline_ms: now + ms(timeout),
+        result_ttl_ms: ms(sh.queue.result_ttl),
     }
-    let flat: Vec<String> = inv
-        .invoke_async(&mut sh.conn())
-        .await
-        .map_err(|e| Error::redis("requeueing dead letters", e))?;
-    Ok(flat
-        .chunks(2)
-        .map(|c| {
-            let new = c.get(1).filter(|s| !s.is_empty()).cloned();
-            (c[0].clone(), new)
-        })
-        .collect())
+    .call(&sh.scripts, ids.iter().map(String::as_str))
+    .invoke(&mut sh.conn())
+    .await
+    .map_err(|e| Error::redis("requeueing dead letters", e))
 }
 
 /// Requeues every dead letter; returns how many were requeued.
@@ -144,7 +136,7 @@ pub(super) async fn purge_dead(sh: &Shared) -> Result<u64> {
 }
 
 /// `<ms>-<seq>`, both decimal.
-fn is_stream_id(id: &str) -> bool {
+pub(super) fn is_stream_id(id: &str) -> bool {
     match id.split_once('-') {
         Some((ms, seq)) => {
             !ms.is_empty()

@@ -143,7 +143,7 @@ pub(super) async fn inspect(sh: &Shared, rid: &str) -> Result<Option<RequestInfo
         }
     };
     let sid = p.sid;
-    info.deadline_ms = p.deadline_ms;
+    info.deadline_ms = Some(p.deadline_ms);
     info.waiters = p.waiters;
     let (found, pending): (Value, Value) = redis::pipe()
         .cmd("XRANGE")

@@ -36,6 +36,11 @@ pub struct Stats {
     pub dead_letters: u64,
     /// Outcomes cached for `result_ttl`.
     pub cached_results: u64,
+    /// Which partition these figures are of (`None`: the whole queue).
+    pub partition: Option<u32>,
+    /// With several partitions, the figures of each (the fields above are the totals);
+    /// empty for a queue of one partition.
+    pub partitions: Vec<Stats>,
 }
 
 /// One consumer of the group.
@@ -158,7 +163,7 @@ pub(super) async fn gather(sh: &Shared) -> Result<Stats> {
                 st.in_flight.push(InFlight {
                     rid: key[k.req_prefix.len()..].to_string(),
                     entry: p.sid,
-                    deadline_ms: p.deadline_ms.unwrap_or(0),
+                    deadline_ms: p.deadline_ms,
                     waiters: p.waiters,
                 });
             }
@@ -169,4 +174,48 @@ pub(super) async fn gather(sh: &Shared) -> Result<Stats> {
     st.waiting_producers = producers.len() as u64;
     st.reply_streams = sh.scan(&format!("{}*", k.reply_prefix)).await?.len() as u64;
     Ok(st)
+}
+
+/// The whole queue's figures from its partitions': sums, the oldest pending age, each
+/// consumer once (what it holds in every partition, its shortest idle time), and each
+/// waiting producer once.
+pub(super) fn total(mut parts: Vec<Stats>) -> Stats {
+    if parts.len() == 1 {
+        let mut only = parts.remove(0);
+        only.partition = None;
+        return only;
+    }
+    let mut t = Stats {
+        queue: parts.first().map(|p| p.queue.clone()).unwrap_or_default(),
+        ..Stats::default()
+    };
+    let mut consumers: std::collections::BTreeMap<String, ConsumerStats> = Default::default();
+    let mut producers = BTreeSet::new();
+    for p in &parts {
+        t.stream_length += p.stream_length;
+        t.entries_added += p.entries_added;
+        t.queued += p.queued;
+        t.pending += p.pending;
+        t.oldest_pending_idle_ms = t.oldest_pending_idle_ms.max(p.oldest_pending_idle_ms);
+        t.in_flight.extend(p.in_flight.iter().cloned());
+        t.reply_streams += p.reply_streams;
+        t.dead_letters += p.dead_letters;
+        t.cached_results += p.cached_results;
+        for f in &p.in_flight {
+            producers.extend(f.waiters.iter().cloned());
+        }
+        for c in &p.consumers {
+            consumers
+                .entry(c.name.clone())
+                .and_modify(|m| {
+                    m.pending += c.pending;
+                    m.idle_ms = m.idle_ms.min(c.idle_ms);
+                })
+                .or_insert_with(|| c.clone());
+        }
+    }
+    t.consumers = consumers.into_values().collect();
+    t.waiting_producers = producers.len() as u64;
+    t.partitions = parts;
+    t
 }

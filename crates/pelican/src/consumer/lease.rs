@@ -2,6 +2,7 @@
 //! and the handler cancellation that fires when one is lost.
 
 use crate::error::{Error, Result};
+use crate::protocol::scripts::Renew;
 use crate::shared::Shared;
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -72,13 +73,9 @@ pub(super) async fn renew(sh: &Shared, name: &str, leases: &Leases) -> Result<()
     if ids.is_empty() {
         return Ok(());
     }
-    let mut inv = sh.scripts.renew.prepare_invoke();
-    inv.key(&sh.keys.stream).arg(&sh.keys.group).arg(name);
-    for id in &ids {
-        inv.arg(id);
-    }
-    let lost: Vec<String> = inv
-        .invoke_async(&mut sh.conn())
+    let lost = Renew { consumer: name }
+        .call(&sh.scripts, ids.iter().map(String::as_str))
+        .invoke(&mut sh.conn())
         .await
         .map_err(|e| Error::redis("renewing leases", e))?;
     if !lost.is_empty() {

@@ -21,6 +21,7 @@ use crate::config::{ConsumerConfig, QueueConfig};
 use crate::conn::retry::retry_if_dropped;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
+use crate::protocol::scripts::Release;
 use crate::shared::Shared;
 use crate::task::TaskSet;
 use futures_util::FutureExt;
@@ -38,14 +39,17 @@ use writer::{WriteJob, Writer, WriterTask};
 
 /// Reads requests of type `Req` from a queue and answers them with `Resp`.
 pub struct Consumer<Req, Resp, C: Codec = Json> {
+    /// Partition 0's state: what every partition shares (name, settings, slots, stop).
     inner: Arc<ConsumerState>,
+    /// One per partition of the queue, each with its reader, writer and leases.
+    parts: Vec<Arc<ConsumerState>>,
     rx: mpsc::Receiver<Delivery<Req, Resp, C>>,
     tasks: TaskSet,
 }
 
 /// Stops a consumer's [`Consumer::serve`] loop from anywhere (a signal handler, a test).
 #[derive(Clone, Debug)]
-pub struct Stopper(CancellationToken);
+pub struct Stopper(pub(crate) CancellationToken);
 
 impl Stopper {
     /// Asks the consumer to stop: it reads nothing new, finishes or releases what it holds.
@@ -62,60 +66,77 @@ where
 {
     /// Connects and starts reading. Fails with [`ErrorKind::Config`] for bad settings and
     /// [`ErrorKind::Redis`] when Redis cannot be reached.
-    pub async fn connect(queue: QueueConfig, config: ConsumerConfig) -> Result<Self> {
+    pub async fn connect(queue: QueueConfig, mut config: ConsumerConfig) -> Result<Self> {
         config.validate()?;
-        let shared = Shared::connect(&queue).await?;
+        let parts = Shared::connect(&queue).await?;
+        // Every partition's reader holds a slot while it waits on its stream: one more
+        // per extra partition, so a partition with work still gets `prefetch` while the
+        // others wait empty.
+        config.prefetch += parts.len() - 1;
         let name = config.name.clone().unwrap_or_else(ids::consumer_name);
-        let (writer_tx, writer_rx) = mpsc::unbounded_channel();
         let (tx, rx) = mpsc::channel(config.prefetch);
-        let leases = Arc::new(Leases::default());
+        let slots = Arc::new(Semaphore::new(config.prefetch));
         let stop = CancellationToken::new();
-        let writer = Arc::new(Writer::new(
-            writer_tx,
-            leases.clone(),
-            config.claim_idle,
-            shared.queue.max_body_bytes,
-            shared.metrics.clone(),
-        ));
-        let inner = Arc::new(ConsumerState {
-            slots: Arc::new(Semaphore::new(config.prefetch)),
-            shared,
-            config,
-            name,
-            leases,
-            writer,
-            stop,
-        });
-        // Register the consumer now: Redis 7.0 creates it only at its first delivery, and
-        // an operator should see an idle worker in `pelican stats`.
-        let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
-            .arg("CREATECONSUMER")
-            .arg(&inner.shared.keys.stream)
-            .arg(&inner.shared.keys.group)
-            .arg(&inner.name)
-            .query_async(&mut inner.shared.conn())
-            .await;
         let tasks = TaskSet::new();
-        // Not aborted with the others: dropped without `shutdown`, the consumer still
-        // writes the outcomes and releases already handed to the writer (it ends once
-        // every delivery is answered or dropped).
-        tasks.spawn_detached(
-            "outcome writer",
-            writer::run(
-                WriterTask {
-                    shared: inner.shared.clone(),
-                    name: inner.name.clone(),
-                    claim_idle: inner.config.claim_idle,
-                    leases: inner.leases.clone(),
-                    stop: inner.stop.clone(),
-                },
-                writer_rx,
-            ),
-        );
-        tasks.spawn("reader", reader::run::<Req, Resp, C>(inner.clone(), tx));
-        tasks.spawn("lease renewal", maintenance::run(inner.clone()));
-        tracing::debug!(queue = %inner.shared.queue.name, consumer = %inner.name, "consumer started");
-        Ok(Consumer { inner, rx, tasks })
+        let mut states = Vec::new();
+        for shared in parts {
+            let (writer_tx, writer_rx) = mpsc::unbounded_channel();
+            let leases = Arc::new(Leases::default());
+            let writer = Arc::new(Writer::new(
+                writer_tx,
+                leases.clone(),
+                config.claim_idle,
+                shared.queue.max_body_bytes,
+                shared.metrics.clone(),
+            ));
+            let inner = Arc::new(ConsumerState {
+                slots: slots.clone(),
+                shared,
+                config: config.clone(),
+                name: name.clone(),
+                leases,
+                writer,
+                stop: stop.clone(),
+            });
+            // Register the consumer now: Redis 7.0 creates it only at its first delivery,
+            // and an operator should see an idle worker in `pelican stats`.
+            let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
+                .arg("CREATECONSUMER")
+                .arg(&inner.shared.keys.stream)
+                .arg(&inner.shared.keys.group)
+                .arg(&inner.name)
+                .query_async(&mut inner.shared.conn())
+                .await;
+            // Not aborted with the others: dropped without `shutdown`, the consumer still
+            // writes the outcomes and releases already handed to the writer (it ends once
+            // every delivery is answered or dropped).
+            tasks.spawn_detached(
+                "outcome writer",
+                writer::run(
+                    WriterTask {
+                        shared: inner.shared.clone(),
+                        name: inner.name.clone(),
+                        claim_idle: inner.config.claim_idle,
+                        leases: inner.leases.clone(),
+                        stop: inner.stop.clone(),
+                    },
+                    writer_rx,
+                ),
+            );
+            tasks.spawn(
+                "reader",
+                reader::run::<Req, Resp, C>(inner.clone(), tx.clone()),
+            );
+            tasks.spawn("lease renewal", maintenance::run(inner.clone()));
+            states.push(inner);
+        }
+        tracing::debug!(queue = %queue.name, consumer = %name, partitions = states.len(), "consumer started");
+        Ok(Consumer {
+            inner: states[0].clone(),
+            parts: states,
+            rx,
+            tasks,
+        })
     }
 
     /// This consumer's name in the group.
@@ -241,7 +262,7 @@ where
                 r = running.join_next() => if r.is_none() { break },
                 _ = &mut deadline => {
                     tracing::warn!(n = running.len(), "shutdown timeout: cancelling handlers still running and releasing their requests");
-                    self.inner.leases.cancel_all();
+                    self.cancel_all();
                     running.abort_all();
                     while running.join_next().await.is_some() {}
                     break;
@@ -282,35 +303,17 @@ where
         .await;
         if all.is_err() {
             tracing::warn!("shutdown timeout: releasing deliveries still in hand");
-            self.inner.leases.cancel_all();
+            self.cancel_all();
         }
-        let (tx, rx) = oneshot::channel();
-        self.inner.writer.send(WriteJob::Flush(tx));
-        let _ = rx.await;
+        for part in &self.parts {
+            let (tx, rx) = oneshot::channel();
+            part.writer.send(WriteJob::Flush(tx));
+            let _ = rx.await;
+        }
         self.tasks.abort_all();
-        // Release everything still owned (including entries a cancelled read may have
-        // delivered unseen), then leave the group if nothing is left.
-        let sh = &self.inner.shared;
-        let mut release = sh.scripts.release.prepare_invoke();
-        release
-            .key(&sh.keys.stream)
-            .arg(&sh.keys.group)
-            .arg(&self.inner.name)
-            .arg(ms(self.inner.config.claim_idle));
-        // Idempotent: releasing an entry twice backdates it twice.
-        let release = &release;
-        let released: i64 =
-            retry_if_dropped(move || async move { release.invoke_async(&mut sh.conn()).await })
-                .await
-                .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
-        if released == 0 {
-            let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
-                .arg("DELCONSUMER")
-                .arg(&sh.keys.stream)
-                .arg(&sh.keys.group)
-                .arg(&self.inner.name)
-                .query_async(&mut sh.conn())
-                .await;
+        let mut released = 0;
+        for part in &self.parts {
+            released += leave(part).await?;
         }
         tracing::debug!(consumer = %self.inner.name, released, "consumer stopped");
         match self.tasks.failure() {
@@ -318,4 +321,37 @@ where
             None => Ok(()),
         }
     }
+
+    fn cancel_all(&self) {
+        for part in &self.parts {
+            part.leases.cancel_all();
+        }
+    }
+}
+
+/// Releases everything the consumer still owns in a partition (including entries a
+/// cancelled read may have delivered unseen), then leaves its group if nothing is left.
+/// Returns how many entries were released.
+async fn leave(part: &ConsumerState) -> Result<u64> {
+    let sh = &part.shared;
+    let release = Release {
+        consumer: &part.name,
+        idle_ms: ms(part.config.claim_idle),
+    }
+    .call(&sh.scripts, []);
+    // Idempotent: releasing an entry twice backdates it twice.
+    let release = &release;
+    let released = retry_if_dropped(move || async move { release.invoke(&mut sh.conn()).await })
+        .await
+        .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
+    if released == 0 {
+        let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
+            .arg("DELCONSUMER")
+            .arg(&sh.keys.stream)
+            .arg(&sh.keys.group)
+            .arg(&part.name)
+            .query_async(&mut sh.conn())
+            .await;
+    }
+    Ok(released)
 }

@@ -11,6 +11,7 @@ use crate::codec::Codec;
 use crate::conn::retry::Backoff;
 use crate::protocol::entry::{self, RawEntry, Request};
 use crate::protocol::outcome::Outcome;
+use crate::protocol::scripts::Reject;
 use serde::{de::DeserializeOwned, Serialize};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -274,28 +275,23 @@ async fn deliver<Req, Resp, C>(
 async fn reject(inner: &ConsumerState, sid: &str, reason: &str, deliveries: u32) {
     let sh = &inner.shared;
     tracing::warn!(entry = sid, reason, "dead-lettering a malformed entry");
-    let r: redis::RedisResult<i64> = sh
-        .scripts
-        .reject
-        .key(&sh.keys.stream)
-        .key(&sh.keys.dead)
-        .key(&sh.keys.req_prefix)
-        .key(&sh.keys.reply_prefix)
-        .arg(&sh.keys.group)
-        .arg(&inner.name)
-        .arg(sid)
-        .arg(reason)
-        .arg(deliveries)
-        .arg(now_ms())
-        .arg(ms(sh.queue.result_ttl))
-        .arg(sh.queue.reply_maxlen)
-        .arg(sh.queue.dead_maxlen)
-        .arg(sh.queue.max_body_bytes)
-        .invoke_async(&mut sh.conn())
-        .await;
+    let r = Reject {
+        consumer: &inner.name,
+        sid,
+        reason,
+        deliveries,
+        now_ms: now_ms(),
+        result_ttl_ms: ms(sh.queue.result_ttl),
+        reply_maxlen: sh.queue.reply_maxlen,
+        dead_maxlen: sh.queue.dead_maxlen,
+        max_body_bytes: sh.queue.max_body_bytes,
+    }
+    .call(&sh.scripts)
+    .invoke(&mut sh.conn())
+    .await;
     match r {
-        Ok(1) => sh.metrics.dead_lettered(1),
-        Ok(_) => {}
+        Ok(true) => sh.metrics.dead_lettered(1),
+        Ok(false) => {}
         Err(e) => {
             tracing::warn!(error = %format_args!("{e:#}"), entry = sid, "could not dead-letter; it will be reclaimed and tried again")
         }

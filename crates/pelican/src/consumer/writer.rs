@@ -5,12 +5,11 @@
 use super::lease::Leases;
 use crate::clock::{ms, now_ms};
 use crate::conn::retry::Backoff;
-use crate::conn::{evalsha, OwnConn};
+use crate::conn::OwnConn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
-use crate::protocol::entry;
+use crate::protocol::scripts::{self, Complete, CompleteEntry, ScriptCall};
 use crate::shared::Shared;
-use redis::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -214,29 +213,24 @@ async fn write_completions(
     jobs: &[Completion],
 ) -> Result<Vec<bool>> {
     let sh = &inner.shared;
-    let k = &sh.keys;
-    let mut cmd = evalsha(
-        &sh.scripts.complete,
-        &[&k.stream, &k.req_prefix, &k.reply_prefix],
-    );
-    cmd.arg(&k.group)
-        .arg(ms(sh.queue.result_ttl))
-        .arg(sh.queue.reply_maxlen)
-        .arg(now_ms());
-    for c in jobs {
-        cmd.arg(&c.sid)
-            .arg(&c.rid)
-            .arg(&c.from)
-            .arg(if c.indexed { "1" } else { "0" })
-            .arg(c.outcome.as_slice());
+    let call = Complete {
+        result_ttl_ms: ms(sh.queue.result_ttl),
+        reply_maxlen: sh.queue.reply_maxlen,
+        now_ms: now_ms(),
     }
-    let v = eval_own(inner, conn, &sh.scripts.complete, &cmd)
+    .call(
+        &sh.scripts,
+        jobs.iter().map(|c| CompleteEntry {
+            sid: &c.sid,
+            rid: &c.rid,
+            from: &c.from,
+            indexed: c.indexed,
+            outcome: &c.outcome,
+        }),
+    );
+    eval_own(inner, conn, &call)
         .await
-        .map_err(|e| Error::redis("writing outcomes", e))?;
-    Ok(entry::array(&v)
-        .iter()
-        .map(|f| entry::int(f) == Some(1))
-        .collect())
+        .map_err(|e| Error::redis("writing outcomes", e))
 }
 
 async fn release(
@@ -247,12 +241,12 @@ async fn release(
 ) -> Result<()> {
     let sh = &inner.shared;
     let _gate = inner.leases.gate.lock().await;
-    let mut cmd = evalsha(&sh.scripts.release, &[&sh.keys.stream]);
-    cmd.arg(&sh.keys.group).arg(&inner.name).arg(idle_ms);
-    for s in sids {
-        cmd.arg(s);
+    let call = scripts::Release {
+        consumer: &inner.name,
+        idle_ms,
     }
-    eval_own(inner, conn, &sh.scripts.release, &cmd)
+    .call(&sh.scripts, sids.iter().map(String::as_str));
+    eval_own(inner, conn, &call)
         .await
         .map_err(|e| Error::redis("releasing entries", e))?;
     Ok(())
@@ -261,12 +255,11 @@ async fn release(
 /// Runs a script call on the writer's own connection, opening it when needed; a
 /// connection that failed (other than with an error reply) is dropped, and the next
 /// call opens a new one.
-async fn eval_own(
+async fn eval_own<R>(
     inner: &WriterTask,
     conn: &mut Option<OwnConn>,
-    script: &redis::Script,
-    cmd: &redis::Cmd,
-) -> redis::RedisResult<Value> {
+    call: &ScriptCall<'_, R>,
+) -> redis::RedisResult<R> {
     let sh = &inner.shared;
     if conn.is_none() {
         match sh.own_connection(sh.queue.command_timeout).await {
@@ -282,7 +275,7 @@ async fn eval_own(
         }
     }
     let c = conn.as_mut().expect("just opened");
-    let r = c.eval(&mut sh.conn(), script, cmd).await;
+    let r = call.invoke_on(c, &mut sh.conn()).await;
     if let Err(e) = &r {
         if e.code().is_none() {
             *conn = None;

@@ -4,6 +4,7 @@ use super::pending::{CancelJob, Inner};
 use super::submit::MAX_BATCH;
 use crate::conn::retry::retry_if_dropped;
 use crate::error::{Error, Result};
+use crate::protocol::scripts::{Cancel, CancelRequest};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 
@@ -19,17 +20,19 @@ pub(super) async fn canceller(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver
 
 pub(super) async fn cancel_batch(inner: &Inner, jobs: &[CancelJob]) -> Result<()> {
     let sh = &inner.shared;
-    let mut inv = sh.scripts.cancel.prepare_invoke();
-    inv.key(&sh.keys.stream)
-        .key(&sh.keys.req_prefix)
-        .arg(&sh.keys.group)
-        .arg(&inner.id);
-    for j in jobs {
-        inv.arg(&j.rid).arg(j.sid.as_deref().unwrap_or(""));
+    let call = Cancel {
+        producer: &inner.id,
     }
+    .call(
+        &sh.scripts,
+        jobs.iter().map(|j| CancelRequest {
+            rid: &j.rid,
+            sid: j.sid.as_deref(),
+        }),
+    );
     // Idempotent: a waiter already removed or a request already withdrawn is skipped.
-    let inv = &inv;
-    let _: i64 = retry_if_dropped(move || async move { inv.invoke_async(&mut sh.conn()).await })
+    let call = &call;
+    retry_if_dropped(move || async move { call.invoke(&mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("withdrawing requests", e))?;
     Ok(())

@@ -36,55 +36,26 @@ use tracing::Instrument;
 /// Submits requests of type `Req` to a queue and awaits responses of type `Resp`.
 ///
 /// Cheap to share: clone it, or put it in an `Arc`; every clone is the same producer
-/// (one reply stream, one set of background tasks). The tasks stop when the last clone
-/// is dropped or [`Producer::shutdown`] is called.
+/// (one reply stream per partition, one set of background tasks per partition). The tasks
+/// stop when the last clone is dropped or [`Producer::shutdown`] is called.
 pub struct Producer<Req, Resp, C: Codec = Json> {
-    inner: Arc<Inner>,
-    _owner: Arc<Owner>,
+    /// One per partition of the queue; a request goes to `parts[partition_of(rid)]`.
+    parts: Arc<Vec<Owner>>,
     _types: PhantomData<fn(Req) -> (Resp, C)>,
 }
 
-/// Held by every clone of a producer; when the last one goes, the background tasks stop
-/// and every request still waiting resolves with [`ErrorKind::Shutdown`] at once rather
-/// than at its timeout.
+/// The producer's part for one partition, held by every clone of the producer; when the
+/// last one goes, the background tasks stop and every request still waiting resolves with
+/// [`ErrorKind::Shutdown`] at once rather than at its timeout.
 struct Owner {
     inner: Arc<Inner>,
     tasks: TaskSet,
 }
 
-impl Drop for Owner {
-    fn drop(&mut self) {
-        self.tasks.abort_all();
-        self.inner.fail_all(Error::new(
-            ErrorKind::Shutdown,
-            "the producer was dropped before the request was solved",
-        ));
-    }
-}
-
-impl<Req, Resp, C: Codec> Clone for Producer<Req, Resp, C> {
-    fn clone(&self) -> Self {
-        Producer {
-            inner: self.inner.clone(),
-            _owner: self._owner.clone(),
-            _types: PhantomData,
-        }
-    }
-}
-
-impl<Req, Resp, C> Producer<Req, Resp, C>
-where
-    Req: Serialize,
-    Resp: DeserializeOwned,
-    C: Codec,
-{
-    /// Connects to the queue and starts the producer's background tasks (reply reader,
-    /// submitter, maintenance). Fails with a [`ErrorKind::Config`] error for a bad URL or
-    /// name and a [`ErrorKind::Redis`] error when Redis cannot be reached.
-    pub async fn connect(queue: QueueConfig, config: ProducerConfig) -> Result<Self> {
-        config.validate()?;
-        let shared = Shared::connect(&queue).await?;
-        let id = ids::random_id();
+impl Owner {
+    /// Starts the producer's part for one partition: its reply stream and its tasks
+    /// (reply reader, submitter, canceller, maintenance).
+    async fn start(shared: Arc<Shared>, config: ProducerConfig, id: String) -> Result<Owner> {
         let reply_key = shared.keys.reply(&id);
         // Create the reply stream (empty) and read from the id it got: no reply is missed.
         let start_id = replies::create_reply_stream(&shared, &reply_key, config.reply_ttl).await?;
@@ -123,58 +94,12 @@ where
             "maintenance",
             maintenance::maintenance(Arc::downgrade(&inner)),
         );
-        tracing::debug!(queue = %inner.shared.queue.name, producer = %inner.id, "producer started");
-        Ok(Producer {
-            _owner: Arc::new(Owner {
-                inner: inner.clone(),
-                tasks,
-            }),
-            inner,
-            _types: PhantomData,
-        })
+        Ok(Owner { inner, tasks })
     }
 
-    /// This producer's id (its reply stream is `<prefix>:{queue}:reply:<id>`).
-    pub fn id(&self) -> &str {
-        &self.inner.id
-    }
-
-    /// Submits a request and returns a [`Ticket`] that resolves to its response. The
-    /// request id is a hash of the encoded body when dedup is on (identical requests in
-    /// flight are solved once), a fresh random id otherwise.
-    pub async fn submit(&self, req: &Req) -> Result<Ticket<Resp, C>> {
-        let body = self.encode(req)?;
-        let rid = if self.inner.config.dedup {
-            ids::request_id(&body)
-        } else {
-            ids::random_id()
-        };
-        self.submit_body(rid, body).await
-    }
-
-    /// Submits a request under a request id of the caller's choosing (1 to 256 bytes, no
-    /// control characters). With dedup on, the id is the dedup key: submissions with the
-    /// same id share one solution, whatever their bodies.
-    pub async fn submit_with_id(&self, id: &str, req: &Req) -> Result<Ticket<Resp, C>> {
-        validate_request_id(id)?;
-        let body = self.encode(req)?;
-        self.submit_body(id.to_string(), body).await
-    }
-
-    /// Submits a request and waits for its response, in a span `pelican.call` (whose
-    /// trace the worker's handler span continues, with the `otel` feature).
-    pub async fn call(&self, req: &Req) -> Result<Resp> {
-        let span = tracing::info_span!("pelican.call", queue = %self.inner.shared.queue.name);
-        async { self.submit(req).await?.await }
-            .instrument(span)
-            .await
-    }
-
-    /// Stops the producer: every request still waiting resolves with
-    /// [`ErrorKind::Cancelled`] and is withdrawn from the queue unless another producer
-    /// waits for it too; the reply stream is deleted. Returns an
-    /// [`ErrorKind::Internal`] error if one of the producer's tasks had panicked.
-    pub async fn shutdown(self) -> Result<()> {
+    /// Fails this part's waiting requests with "cancelled", withdraws them and deletes
+    /// the reply stream.
+    async fn shutdown(&self) -> Result<()> {
         let inner = &self.inner;
         inner.closed.store(true, Ordering::SeqCst);
         let drained: Vec<(String, Pending)> = {
@@ -199,15 +124,116 @@ where
             .arg(&inner.reply_key)
             .query_async(&mut inner.shared.conn())
             .await;
-        match self._owner.tasks.failure() {
+        match self.tasks.failure() {
             Some(e) => Err(e),
             None => Ok(()),
         }
     }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.tasks.abort_all();
+        self.inner.fail_all(Error::new(
+            ErrorKind::Shutdown,
+            "the producer was dropped before the request was solved",
+        ));
+    }
+}
+
+impl<Req, Resp, C: Codec> Clone for Producer<Req, Resp, C> {
+    fn clone(&self) -> Self {
+        Producer {
+            parts: self.parts.clone(),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<Req, Resp, C> Producer<Req, Resp, C>
+where
+    Req: Serialize,
+    Resp: DeserializeOwned,
+    C: Codec,
+{
+    /// Connects to the queue and starts the producer's background tasks (reply reader,
+    /// submitter, maintenance). Fails with a [`ErrorKind::Config`] error for a bad URL or
+    /// name and a [`ErrorKind::Redis`] error when Redis cannot be reached.
+    pub async fn connect(queue: QueueConfig, config: ProducerConfig) -> Result<Self> {
+        config.validate()?;
+        let id = ids::random_id();
+        let mut parts = Vec::new();
+        for shared in Shared::connect(&queue).await? {
+            parts.push(Owner::start(shared, config.clone(), id.clone()).await?);
+        }
+        tracing::debug!(queue = %queue.name, producer = %id, partitions = parts.len(), "producer started");
+        Ok(Producer {
+            parts: Arc::new(parts),
+            _types: PhantomData,
+        })
+    }
+
+    /// The part of the producer that serves request `rid`'s partition.
+    fn part(&self, rid: &str) -> &Arc<Inner> {
+        let p = self.parts[0].inner.shared.queue.partition_of(rid) as usize;
+        &self.parts[p].inner
+    }
+
+    /// This producer's id (its reply stream is `<prefix>:{queue}:reply:<id>`).
+    pub fn id(&self) -> &str {
+        &self.parts[0].inner.id
+    }
+
+    /// Submits a request and returns a [`Ticket`] that resolves to its response. The
+    /// request id is a hash of the encoded body when dedup is on (identical requests in
+    /// flight are solved once), a fresh random id otherwise.
+    pub async fn submit(&self, req: &Req) -> Result<Ticket<Resp, C>> {
+        let body = self.encode(req)?;
+        let rid = if self.parts[0].inner.config.dedup {
+            ids::request_id(&body)
+        } else {
+            ids::random_id()
+        };
+        self.submit_body(rid, body).await
+    }
+
+    /// Submits a request under a request id of the caller's choosing (1 to 256 bytes, no
+    /// control characters). With dedup on, the id is the dedup key: submissions with the
+    /// same id share one solution, whatever their bodies.
+    pub async fn submit_with_id(&self, id: &str, req: &Req) -> Result<Ticket<Resp, C>> {
+        validate_request_id(id)?;
+        let body = self.encode(req)?;
+        self.submit_body(id.to_string(), body).await
+    }
+
+    /// Submits a request and waits for its response, in a span `pelican.call` (whose
+    /// trace the worker's handler span continues, with the `otel` feature).
+    pub async fn call(&self, req: &Req) -> Result<Resp> {
+        let span =
+            tracing::info_span!("pelican.call", queue = %self.parts[0].inner.shared.queue.name);
+        async { self.submit(req).await?.await }
+            .instrument(span)
+            .await
+    }
+
+    /// Stops the producer: every request still waiting resolves with
+    /// [`ErrorKind::Cancelled`] and is withdrawn from the queue unless another producer
+    /// waits for it too; the reply stream is deleted. Returns an
+    /// [`ErrorKind::Internal`] error if one of the producer's tasks had panicked.
+    pub async fn shutdown(self) -> Result<()> {
+        let mut result = Ok(());
+        for part in self.parts.iter() {
+            let r = part.shutdown().await;
+            if result.is_ok() {
+                result = r;
+            }
+        }
+        result
+    }
 
     fn encode(&self, req: &Req) -> Result<Vec<u8>> {
         let body = C::encode(req).map_err(|e| Error::codec("encoding the request", e))?;
-        let max = self.inner.shared.queue.max_body_bytes;
+        let max = self.parts[0].inner.shared.queue.max_body_bytes;
         if body.len() > max {
             return Err(Error::new(
                 ErrorKind::TooLarge,
@@ -221,7 +247,7 @@ where
     }
 
     async fn submit_body(&self, rid: String, body: Vec<u8>) -> Result<Ticket<Resp, C>> {
-        let inner = &self.inner;
+        let inner = self.part(&rid);
         if inner.closed.load(Ordering::SeqCst) {
             return Err(inner.closed_error());
         }
@@ -320,7 +346,7 @@ mod tests {
         .unwrap();
         // Nobody serves the queue: this call waits.
         let waiting = p.submit(&1).await.unwrap();
-        p._owner
+        p.parts[0]
             .tasks
             .spawn("reply reader", async { panic!("a bug in the reader") });
         let err = tokio::time::timeout(Duration::from_secs(5), waiting)

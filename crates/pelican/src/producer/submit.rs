@@ -5,8 +5,8 @@
 use super::pending::{Inner, SubmitJob, Submitted};
 use crate::clock::{ms, now_ms};
 use crate::conn::retry::retry_if_dropped;
-use crate::error::{Error, ErrorKind, Result};
-use crate::protocol::outcome::Outcome;
+use crate::error::{Error, Result};
+use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
@@ -77,40 +77,36 @@ async fn submit_batch(inner: &Arc<Inner>, batch: Vec<SubmitJob>) {
     }
 }
 
-/// The per-job answers of a submit call: a stream id, "=" (joined) or an outcome.
-type Answers = Result<Vec<Vec<u8>>>;
+/// The per-job answers of a submit call.
+type Answers = Result<Vec<SubmitAnswer>>;
 
 async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     let sh = &inner.shared;
     let now = now_ms();
-    // The index outlives the deadline by the result ttl (see submit.lua).
-    let grace = ms(sh.queue.result_ttl);
-    let mut inv = sh.scripts.submit.prepare_invoke();
-    inv.key(&sh.keys.stream)
-        .key(&sh.keys.req_prefix)
-        .key(&sh.keys.reply_prefix)
-        .arg(now)
-        .arg(&inner.id)
-        .arg(grace)
-        .arg(&sh.keys.group)
-        .arg(grace)
-        .arg(sh.queue.reply_maxlen);
-    for j in jobs {
-        let index_ttl = j.deadline_ms.saturating_sub(now).max(1) + grace;
-        inv.arg(&j.rid)
-            .arg(j.deadline_ms)
-            .arg(index_ttl)
-            .arg(j.tp.as_deref().unwrap_or(""))
-            .arg(j.body.as_slice());
+    let result_ttl = ms(sh.queue.result_ttl);
+    let call = Submit {
+        now_ms: now,
+        producer: &inner.id,
+        result_ttl_ms: result_ttl,
+        reply_maxlen: sh.queue.reply_maxlen,
     }
+    .call(
+        &sh.scripts,
+        jobs.iter().map(|j| SubmitRequest {
+            rid: &j.rid,
+            deadline_ms: j.deadline_ms,
+            // The index outlives the deadline by the result ttl.
+            index_ttl_ms: j.deadline_ms.saturating_sub(now).max(1) + result_ttl,
+            tp: j.tp.as_deref(),
+            body: &j.body,
+        }),
+    );
     // Idempotent per rid (a repeat joins the first attempt's request or reads its
     // outcome), so it may be sent again after a dropped connection.
-    let inv = &inv;
-    let v: Vec<Vec<u8>> =
-        retry_if_dropped(move || async move { inv.invoke_async(&mut sh.conn()).await })
-            .await
-            .map_err(|e| Error::redis("submitting requests", e))?;
-    Ok(v)
+    let call = &call;
+    retry_if_dropped(move || async move { call.invoke(&mut sh.conn()).await })
+        .await
+        .map_err(|e| Error::redis("submitting requests", e))
 }
 
 async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
@@ -140,19 +136,15 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
         .query_async(&mut sh.conn())
         .await
         .map_err(|e| Error::redis("submitting requests", e))?;
-    Ok(ids
-        .into_iter()
-        .map(|id| format!("+{id}").into_bytes())
-        .collect())
+    Ok(ids.into_iter().map(SubmitAnswer::Queued).collect())
 }
 
 fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
     match answers {
         Ok(answers) => {
             for (mut job, a) in jobs.into_iter().zip(answers) {
-                let how = match a.first() {
-                    Some(b'+') => {
-                        let sid = String::from_utf8_lossy(&a[1..]).into_owned();
+                let how = match a {
+                    SubmitAnswer::Queued(sid) => {
                         let mut st = inner.state.lock().unwrap();
                         if let Some(p) = st.pending.get_mut(&job.rid) {
                             p.sid = Some(sid);
@@ -160,32 +152,16 @@ fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
                         }
                         Submitted::Queued
                     }
-                    Some(b'=') => {
+                    SubmitAnswer::Joined => {
                         if let Some(p) = inner.state.lock().unwrap().pending.get_mut(&job.rid) {
                             p.queued = true;
                         }
                         Submitted::Joined
                     }
-                    _ => match Outcome::decode(&a) {
-                        Some(o) => {
-                            inner.resolve(&job.rid, Ok(o));
-                            Submitted::Cached
-                        }
-                        None => {
-                            let e = Error::new(
-                                ErrorKind::Redis,
-                                format!(
-                                    "unexpected answer from the submit script: {:?}",
-                                    String::from_utf8_lossy(&a)
-                                ),
-                            );
-                            inner.resolve(&job.rid, Err(e.clone()));
-                            if let Some(ack) = job.ack.take() {
-                                let _ = ack.send(Err(e));
-                            }
-                            continue;
-                        }
-                    },
+                    SubmitAnswer::Cached(o) => {
+                        inner.resolve(&job.rid, Ok(o));
+                        Submitted::Cached
+                    }
                 };
                 if let Some(ack) = job.ack.take() {
                     let _ = ack.send(Ok(how));

@@ -1,5 +1,8 @@
-//! Every Redis key of a queue is built here, and only here. All carry the hash tag
-//! `{queue}` so that every script touches one cluster slot.
+//! Every Redis key of a queue is built here, and only here. All keys of a partition
+//! carry one hash tag, so that every script touches one cluster slot: `{Q}` for a queue of
+//! one partition (the keys queues have always had), `{Q#p}` for partition `p` of a queue
+//! of several (`#` is outside the queue-name alphabet, so no other queue's tag can be
+//! `Q#p`). The record of a queue's partition count is `P:{Q}:partitions` in every case.
 
 /// The Redis keys of one queue, for operators and tests that look at Redis directly
 /// (`redis-cli`, a dashboard): get them with [`crate::QueueConfig::keys`].
@@ -12,22 +15,44 @@ pub struct Keys {
     /// Prefix of the per-producer reply streams; the producer id is appended.
     pub(crate) reply_prefix: String,
     pub(crate) janitor_lock: String,
+    /// How many partitions the queue has (one key per queue, not per partition).
+    pub(crate) partitions: String,
     /// The consumer group's name (not a key).
     pub(crate) group: String,
 }
 
 impl Keys {
-    /// The keys of queue `queue` under key prefix `prefix`.
+    /// The keys of queue `queue` (of one partition) under key prefix `prefix`.
     pub fn new(prefix: &str, queue: &str) -> Keys {
-        let base = format!("{prefix}:{{{queue}}}");
+        Keys::with_tag(prefix, queue, queue)
+    }
+
+    /// The keys of partition `partition` of queue `queue` when it has `partitions`
+    /// partitions (`partitions` = 1: the same as [`Keys::new`]).
+    pub fn partition(prefix: &str, queue: &str, partition: u32, partitions: u32) -> Keys {
+        if partitions <= 1 {
+            Keys::new(prefix, queue)
+        } else {
+            Keys::with_tag(prefix, queue, &format!("{queue}#{partition}"))
+        }
+    }
+
+    fn with_tag(prefix: &str, queue: &str, tag: &str) -> Keys {
+        let base = format!("{prefix}:{{{tag}}}");
         Keys {
             stream: format!("{base}:stream"),
             dead: format!("{base}:dead"),
             req_prefix: format!("{base}:req:"),
             reply_prefix: format!("{base}:reply:"),
             janitor_lock: format!("{base}:janitor"),
+            partitions: format!("{prefix}:{{{queue}}}:partitions"),
             group: "pelican".to_string(),
         }
+    }
+
+    /// The key that records the queue's number of partitions.
+    pub fn partitions(&self) -> &str {
+        &self.partitions
     }
 
     /// The request stream.
@@ -84,5 +109,12 @@ mod tests {
         }
         assert_eq!(k.req("abc"), "pelican:{jobs}:req:abc");
         assert_eq!(k.pattern(), "pelican:{jobs}:*");
+        assert_eq!(k.partitions(), "pelican:{jobs}:partitions");
+        assert_eq!(Keys::partition("pelican", "jobs", 0, 1), k);
+        let p = Keys::partition("pelican", "jobs", 3, 6);
+        assert_eq!(p.stream(), "pelican:{jobs#3}:stream");
+        assert_eq!(p.req("r"), "pelican:{jobs#3}:req:r");
+        assert_eq!(p.partitions(), "pelican:{jobs}:partitions");
+        assert_eq!(p.pattern(), "pelican:{jobs#3}:*");
     }
 }

@@ -1,8 +1,23 @@
-//! The Lua scripts, one operation per file in `lua/`. Each multi-key transition is one
-//! script: atomic and one round trip. `lib.lua` holds the helpers they share and is
-//! prepended to the scripts that use it.
+//! The Lua scripts, one operation per file in `lua/`, and one typed call per script.
+//! Each multi-key transition is one script: atomic and one round trip. `lib.lua` holds
+//! the helpers they share and is prepended to the scripts that use it.
+//!
+//! A call is a struct named after its script whose fields are the script's ARGV, named
+//! and ordered as in the script's header (the KEYS, and the group name, come from the
+//! queue's [`Keys`]); the entries of a batch are a struct too. `.call(&scripts, ..)`
+//! builds the command once, as a [`ScriptCall`], which runs it on the shared connection
+//! ([`ScriptCall::invoke`]) or on a connection of a task's own
+//! ([`ScriptCall::invoke_on`]) and reads the reply into a type.
+//!
+//! Times are milliseconds (`_ms`: since the epoch for `now_ms` and deadlines, else a
+//! duration), as the scripts take them.
 
-use redis::Script;
+use super::entry::{self, parse_entries, RawEntry};
+use super::keys::Keys;
+use super::outcome::Outcome;
+use crate::conn::{evalsha, OwnConn};
+use crate::shared::JanitorReport;
+use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ToRedisArgs, Value};
 
 const LIB: &str = include_str!("../../lua/lib.lua");
 
@@ -10,31 +25,564 @@ fn with_lib(body: &str) -> Script {
     Script::new(&format!("{LIB}\n{body}"))
 }
 
-/// Every script a queue uses, hashed once per producer or consumer.
+/// Every script a queue uses, hashed once per producer, consumer or admin, with the
+/// queue's keys they are called on.
 pub(crate) struct Scripts {
-    pub(crate) submit: Script,
-    pub(crate) complete: Script,
-    pub(crate) reclaim: Script,
-    pub(crate) renew: Script,
-    pub(crate) release: Script,
-    pub(crate) reject: Script,
-    pub(crate) cancel: Script,
-    pub(crate) janitor: Script,
-    pub(crate) requeue: Script,
+    keys: Keys,
+    submit: Script,
+    complete: Script,
+    reclaim: Script,
+    renew: Script,
+    release: Script,
+    reject: Script,
+    cancel: Script,
+    janitor: Script,
+    requeue: Script,
 }
 
 impl Scripts {
-    pub(crate) fn new() -> Scripts {
+    pub(crate) fn new(keys: Keys) -> Scripts {
         Scripts {
+            keys,
             submit: with_lib(include_str!("../../lua/submit.lua")),
             complete: with_lib(include_str!("../../lua/complete.lua")),
             reclaim: with_lib(include_str!("../../lua/reclaim.lua")),
             renew: Script::new(include_str!("../../lua/renew.lua")),
             release: Script::new(include_str!("../../lua/release.lua")),
             reject: with_lib(include_str!("../../lua/reject.lua")),
-            cancel: Script::new(include_str!("../../lua/cancel.lua")),
+            cancel: with_lib(include_str!("../../lua/cancel.lua")),
             janitor: with_lib(include_str!("../../lua/janitor.lua")),
             requeue: with_lib(include_str!("../../lua/requeue.lua")),
         }
     }
 }
+
+/// One script call, built once: `EVALSHA` with its keys and arguments, and how its reply
+/// is read. A retry sends the same command again.
+#[must_use]
+pub(crate) struct ScriptCall<'s, R> {
+    script: &'s Script,
+    cmd: Cmd,
+    reply: fn(Value) -> RedisResult<R>,
+}
+
+impl<'s, R> ScriptCall<'s, R> {
+    fn new(script: &'s Script, keys: &[&str], reply: fn(Value) -> RedisResult<R>) -> Self {
+        ScriptCall {
+            script,
+            cmd: evalsha(script, keys),
+            reply,
+        }
+    }
+
+    fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+        self.cmd.arg(arg);
+        self
+    }
+
+    /// Runs it on the shared connection: `EVALSHA`, and when Redis does not know the
+    /// script (a restart, a `SCRIPT FLUSH`) `SCRIPT LOAD` and `EVALSHA` again, as the
+    /// client library's `Script::invoke_async` does.
+    pub(crate) async fn invoke(
+        &self,
+        conn: &mut (impl redis::aio::ConnectionLike + Send),
+    ) -> RedisResult<R> {
+        let v = match self.cmd.query_async(conn).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                self.script.load_async(conn).await?;
+                self.cmd.query_async(conn).await?
+            }
+            r => r?,
+        };
+        (self.reply)(v)
+    }
+
+    /// Runs it on a connection of a task's own, loading the script through `loader`
+    /// (the shared connection) when Redis does not know it.
+    pub(crate) async fn invoke_on(
+        &self,
+        conn: &mut OwnConn,
+        loader: &mut crate::conn::Conn,
+    ) -> RedisResult<R> {
+        let v = conn.eval(loader, self.script, &self.cmd).await?;
+        (self.reply)(v)
+    }
+}
+
+/// A reply that does not have the shape its script returns.
+fn unexpected(what: &'static str, v: &Value) -> RedisError {
+    RedisError::from((ErrorKind::UnexpectedReturnType, what, format!("{v:?}")))
+}
+
+fn flag(b: bool) -> &'static str {
+    if b {
+        "1"
+    } else {
+        "0"
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// submit.lua
+
+/// `submit.lua`: submits a batch of requests with dedup.
+pub(crate) struct Submit<'a> {
+    pub(crate) now_ms: u64,
+    /// The submitting producer's id (its reply stream).
+    pub(crate) producer: &'a str,
+    /// How long an outcome is kept, and how long an index outlives its deadline.
+    pub(crate) result_ttl_ms: u64,
+    pub(crate) reply_maxlen: usize,
+}
+
+/// One request of a [`Submit`] batch.
+pub(crate) struct SubmitRequest<'a> {
+    pub(crate) rid: &'a str,
+    pub(crate) deadline_ms: u64,
+    /// Lifetime of a new index: time to the deadline plus the result ttl.
+    pub(crate) index_ttl_ms: u64,
+    /// The submitting span's W3C trace context, written as the entry's `tp` field.
+    pub(crate) tp: Option<&'a str>,
+    pub(crate) body: &'a [u8],
+}
+
+/// What became of one submitted request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum SubmitAnswer {
+    /// Queued as a new stream entry.
+    Queued(String),
+    /// Joined the same request in flight.
+    Joined,
+    /// Finished already: its cached outcome.
+    Cached(Outcome),
+}
+
+impl Submit<'_> {
+    pub(crate) fn call<'s, 'r>(
+        &self,
+        s: &'s Scripts,
+        requests: impl IntoIterator<Item = SubmitRequest<'r>>,
+    ) -> ScriptCall<'s, Vec<SubmitAnswer>> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(
+            &s.submit,
+            &[&k.stream, &k.req_prefix, &k.reply_prefix],
+            submit_reply,
+        );
+        c.arg(self.now_ms)
+            .arg(self.producer)
+            .arg(&k.group)
+            .arg(self.result_ttl_ms)
+            .arg(self.reply_maxlen);
+        for r in requests {
+            c.arg(r.rid)
+                .arg(r.deadline_ms)
+                .arg(r.index_ttl_ms)
+                .arg(r.tp.unwrap_or(""))
+                .arg(r.body);
+        }
+        c
+    }
+}
+
+fn submit_reply(v: Value) -> RedisResult<Vec<SubmitAnswer>> {
+    let answers: Vec<Vec<u8>> = redis::from_redis_value(v)?;
+    answers
+        .into_iter()
+        .map(|a| match a.split_first() {
+            Some((b'+', sid)) => Ok(SubmitAnswer::Queued(
+                String::from_utf8_lossy(sid).into_owned(),
+            )),
+            Some((b'=', [])) => Ok(SubmitAnswer::Joined),
+            _ => Outcome::decode(&a)
+                .map(SubmitAnswer::Cached)
+                .ok_or_else(|| {
+                    unexpected("unexpected answer from submit.lua", &Value::BulkString(a))
+                }),
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------
+// cancel.lua
+
+/// `cancel.lua`: a producer stops waiting for some requests; the ones nobody waits for
+/// any more are withdrawn. Replies with how many were withdrawn.
+pub(crate) struct Cancel<'a> {
+    pub(crate) producer: &'a str,
+}
+
+/// One request of a [`Cancel`] batch.
+pub(crate) struct CancelRequest<'a> {
+    pub(crate) rid: &'a str,
+    /// The stream entry of a request without an index; `None` for an indexed one
+    /// (the index names its entry and its waiters).
+    pub(crate) sid: Option<&'a str>,
+}
+
+impl Cancel<'_> {
+    pub(crate) fn call<'s, 'r>(
+        &self,
+        s: &'s Scripts,
+        requests: impl IntoIterator<Item = CancelRequest<'r>>,
+    ) -> ScriptCall<'s, u64> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(&s.cancel, &[&k.stream, &k.req_prefix], count_reply);
+        c.arg(&k.group).arg(self.producer);
+        for r in requests {
+            c.arg(r.rid).arg(r.sid.unwrap_or(""));
+        }
+        c
+    }
+}
+
+fn count_reply(v: Value) -> RedisResult<u64> {
+    Ok(redis::from_redis_value(v)?)
+}
+
+// ---------------------------------------------------------------------------------
+// complete.lua
+
+/// `complete.lua`: records the outcomes of a batch of delivered entries (first outcome
+/// wins). Replies, per entry, whether its outcome was recorded.
+pub(crate) struct Complete {
+    pub(crate) result_ttl_ms: u64,
+    pub(crate) reply_maxlen: usize,
+    pub(crate) now_ms: u64,
+}
+
+/// One entry of a [`Complete`] batch.
+pub(crate) struct CompleteEntry<'a> {
+    pub(crate) sid: &'a str,
+    pub(crate) rid: &'a str,
+    /// The producer that submitted it.
+    pub(crate) from: &'a str,
+    /// Whether an index tracks it (dedup on).
+    pub(crate) indexed: bool,
+    /// The encoded [`Outcome`].
+    pub(crate) outcome: &'a [u8],
+}
+
+impl Complete {
+    pub(crate) fn call<'s, 'e>(
+        &self,
+        s: &'s Scripts,
+        entries: impl IntoIterator<Item = CompleteEntry<'e>>,
+    ) -> ScriptCall<'s, Vec<bool>> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(
+            &s.complete,
+            &[&k.stream, &k.req_prefix, &k.reply_prefix],
+            flags_reply,
+        );
+        c.arg(&k.group)
+            .arg(self.result_ttl_ms)
+            .arg(self.reply_maxlen)
+            .arg(self.now_ms);
+        for e in entries {
+            c.arg(e.sid)
+                .arg(e.rid)
+                .arg(e.from)
+                .arg(flag(e.indexed))
+                .arg(e.outcome);
+        }
+        c
+    }
+}
+
+fn flags_reply(v: Value) -> RedisResult<Vec<bool>> {
+    let flags: Vec<i64> = redis::from_redis_value(v)?;
+    Ok(flags.into_iter().map(|f| f == 1).collect())
+}
+
+// ---------------------------------------------------------------------------------
+// reclaim.lua
+
+/// `reclaim.lua`: takes over entries idle for `min_idle_ms` from `cursor` on, and
+/// dead-letters the ones delivered `max_deliveries` times.
+pub(crate) struct Reclaim<'a> {
+    /// The consumer taking them over.
+    pub(crate) consumer: &'a str,
+    pub(crate) min_idle_ms: u64,
+    /// Where the scan starts: a stream id, `(id` to start after it, `-` first.
+    pub(crate) cursor: &'a str,
+    pub(crate) count: usize,
+    pub(crate) max_deliveries: u32,
+    pub(crate) now_ms: u64,
+    pub(crate) result_ttl_ms: u64,
+    pub(crate) reply_maxlen: usize,
+    pub(crate) dead_maxlen: usize,
+    /// Longer values are not copied to a dead letter.
+    pub(crate) max_body_bytes: usize,
+    /// The consumer holds nothing: it may take an entry for its last delivery.
+    pub(crate) idle: bool,
+}
+
+/// What a [`Reclaim`] call did.
+#[derive(Debug, Default)]
+pub(crate) struct Reclaimed {
+    /// Where the next call starts (`-` when the scan wrapped).
+    pub(crate) next_cursor: String,
+    /// The entries taken over, with their delivery counts (this delivery included).
+    pub(crate) claimed: Vec<(RawEntry, u32)>,
+    /// Entries dead-lettered.
+    pub(crate) dead: u64,
+    /// The entry taken for its last delivery, which must run alone.
+    pub(crate) solo: Option<String>,
+    /// Entries left waiting for their last delivery (for a consumer with nothing in
+    /// hand).
+    pub(crate) waiting: u64,
+}
+
+impl Reclaim<'_> {
+    pub(crate) fn call<'s>(&self, s: &'s Scripts) -> ScriptCall<'s, Reclaimed> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(
+            &s.reclaim,
+            &[&k.stream, &k.dead, &k.req_prefix, &k.reply_prefix],
+            reclaim_reply,
+        );
+        c.arg(&k.group)
+            .arg(self.consumer)
+            .arg(self.min_idle_ms)
+            .arg(self.cursor)
+            .arg(self.count)
+            .arg(self.max_deliveries)
+            .arg(self.now_ms)
+            .arg(self.result_ttl_ms)
+            .arg(self.reply_maxlen)
+            .arg(self.dead_maxlen)
+            .arg(self.max_body_bytes)
+            .arg(flag(self.idle));
+        c
+    }
+}
+
+fn reclaim_reply(v: Value) -> RedisResult<Reclaimed> {
+    let parts = entry::array(&v);
+    if parts.len() != 6 {
+        return Err(unexpected("unexpected reply from reclaim.lua", &v));
+    }
+    let counts: std::collections::HashMap<String, u32> = entry::array(&parts[2])
+        .chunks(2)
+        .filter_map(|c| Some((entry::string(c.first()?)?, entry::int(c.get(1)?)? as u32)))
+        .collect();
+    let claimed = parse_entries(&parts[1])
+        .into_iter()
+        .map(|e| {
+            let n = counts.get(&e.id).copied().unwrap_or(2);
+            (e, n)
+        })
+        .collect();
+    let n = |i: usize| entry::int(&parts[i]).unwrap_or(0).max(0) as u64;
+    Ok(Reclaimed {
+        next_cursor: entry::string(&parts[0]).unwrap_or_else(|| "-".into()),
+        claimed,
+        dead: n(3),
+        solo: entry::string(&parts[4]).filter(|s| !s.is_empty()),
+        waiting: n(5),
+    })
+}
+
+// ---------------------------------------------------------------------------------
+// renew.lua and release.lua
+
+/// `renew.lua`: keeps the leases of `consumer` on the entries it still owns. Replies
+/// with the ones it no longer owns.
+pub(crate) struct Renew<'a> {
+    pub(crate) consumer: &'a str,
+}
+
+impl Renew<'_> {
+    pub(crate) fn call<'s, 'i>(
+        &self,
+        s: &'s Scripts,
+        sids: impl IntoIterator<Item = &'i str>,
+    ) -> ScriptCall<'s, Vec<String>> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(&s.renew, &[&k.stream], ids_reply);
+        c.arg(&k.group).arg(self.consumer);
+        for sid in sids {
+            c.arg(sid);
+        }
+        c
+    }
+}
+
+fn ids_reply(v: Value) -> RedisResult<Vec<String>> {
+    Ok(redis::from_redis_value(v)?)
+}
+
+/// `release.lua`: hands entries `consumer` still owns back, backdated to `idle_ms` (the
+/// claim idle: reclaimable at once; less: after the difference). Replies with how many
+/// were released.
+pub(crate) struct Release<'a> {
+    pub(crate) consumer: &'a str,
+    pub(crate) idle_ms: u64,
+}
+
+impl Release<'_> {
+    /// Releases `sids`; none means every entry the consumer owns.
+    pub(crate) fn call<'s, 'i>(
+        &self,
+        s: &'s Scripts,
+        sids: impl IntoIterator<Item = &'i str>,
+    ) -> ScriptCall<'s, u64> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(&s.release, &[&k.stream], count_reply);
+        c.arg(&k.group).arg(self.consumer).arg(self.idle_ms);
+        for sid in sids {
+            c.arg(sid);
+        }
+        c
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// reject.lua
+
+/// `reject.lua`: dead-letters delivered entry `sid`, which cannot be handled, with
+/// `reason`. Replies whether it did (false: the entry was no longer pending).
+pub(crate) struct Reject<'a> {
+    /// The consumer holding it (recorded as its last consumer).
+    pub(crate) consumer: &'a str,
+    pub(crate) sid: &'a str,
+    pub(crate) reason: &'a str,
+    pub(crate) deliveries: u32,
+    pub(crate) now_ms: u64,
+    pub(crate) result_ttl_ms: u64,
+    pub(crate) reply_maxlen: usize,
+    pub(crate) dead_maxlen: usize,
+    /// Longer values are not copied to the dead letter.
+    pub(crate) max_body_bytes: usize,
+}
+
+impl Reject<'_> {
+    pub(crate) fn call<'s>(&self, s: &'s Scripts) -> ScriptCall<'s, bool> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(
+            &s.reject,
+            &[&k.stream, &k.dead, &k.req_prefix, &k.reply_prefix],
+            |v| Ok(count_reply(v)? == 1),
+        );
+        c.arg(&k.group)
+            .arg(self.consumer)
+            .arg(self.sid)
+            .arg(self.reason)
+            .arg(self.deliveries)
+            .arg(self.now_ms)
+            .arg(self.result_ttl_ms)
+            .arg(self.reply_maxlen)
+            .arg(self.dead_maxlen)
+            .arg(self.max_body_bytes);
+        c
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// janitor.lua
+
+/// `janitor.lua`: trims the stream, expires undelivered entries past their deadline and
+/// removes gone consumers, unless another run holds the lock for this interval.
+pub(crate) struct Janitor<'a> {
+    pub(crate) now_ms: u64,
+    /// Lifetime of the lock: one run per interval.
+    pub(crate) interval_ms: u64,
+    /// Who runs it (the lock's value).
+    pub(crate) runner: &'a str,
+    pub(crate) consumer_gc_after_ms: u64,
+    pub(crate) result_ttl_ms: u64,
+    pub(crate) reply_maxlen: usize,
+    /// How many undelivered entries to check for expiry.
+    pub(crate) scan: usize,
+}
+
+impl Janitor<'_> {
+    pub(crate) fn call<'s>(&self, s: &'s Scripts) -> ScriptCall<'s, JanitorReport> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(
+            &s.janitor,
+            &[&k.stream, &k.req_prefix, &k.reply_prefix, &k.janitor_lock],
+            janitor_reply,
+        );
+        c.arg(&k.group)
+            .arg(self.now_ms)
+            .arg(self.interval_ms)
+            .arg(self.runner)
+            .arg(self.consumer_gc_after_ms)
+            .arg(self.result_ttl_ms)
+            .arg(self.reply_maxlen)
+            .arg(self.scan);
+        c
+    }
+}
+
+fn janitor_reply(v: Value) -> RedisResult<JanitorReport> {
+    let n: Vec<u64> = redis::from_redis_value(v)?;
+    match n[..] {
+        [ran, trimmed, expired, consumers_removed] => Ok(JanitorReport {
+            ran: ran == 1,
+            trimmed,
+            expired,
+            consumers_removed,
+        }),
+        _ => Err(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "unexpected reply from janitor.lua",
+            format!("{n:?}"),
+        ))),
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// requeue.lua
+
+/// `requeue.lua`: puts dead letters back as fresh requests with deadline `deadline_ms`.
+/// Replies, per dead letter, the new stream entry (`None`: no such letter, or it had no
+/// body).
+pub(crate) struct Requeue {
+    pub(crate) now_ms: u64,
+    pub(crate) deadline_ms: u64,
+    /// How long a new index outlives the deadline.
+    pub(crate) result_ttl_ms: u64,
+}
+
+impl Requeue {
+    pub(crate) fn call<'s, 'i>(
+        &self,
+        s: &'s Scripts,
+        dead_letters: impl IntoIterator<Item = &'i str>,
+    ) -> ScriptCall<'s, Vec<(String, Option<String>)>> {
+        let k = &s.keys;
+        let mut c = ScriptCall::new(
+            &s.requeue,
+            &[&k.stream, &k.dead, &k.req_prefix],
+            requeue_reply,
+        );
+        c.arg(self.now_ms)
+            .arg(self.deadline_ms)
+            .arg(self.result_ttl_ms);
+        for id in dead_letters {
+            c.arg(id);
+        }
+        c
+    }
+}
+
+fn requeue_reply(v: Value) -> RedisResult<Vec<(String, Option<String>)>> {
+    let flat: Vec<String> = redis::from_redis_value(v)?;
+    if !flat.len().is_multiple_of(2) {
+        return Err(RedisError::from((
+            ErrorKind::UnexpectedReturnType,
+            "unexpected reply from requeue.lua",
+            format!("{flat:?}"),
+        )));
+    }
+    Ok(flat
+        .chunks(2)
+        .map(|c| (c[0].clone(), Some(c[1].clone()).filter(|s| !s.is_empty())))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests;

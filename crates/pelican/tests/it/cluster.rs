@@ -1,8 +1,11 @@
-//! Redis Cluster: one queue over `redis+cluster://`, and hash slots computed as Redis does.
+//! Partitions and Redis Cluster: one queue over `redis+cluster://`, partitions on one
+//! node and on a cluster, fairness between partitions, dead letters across partitions.
 
 use crate::common::*;
-use pelican::{Admin, Producer, QueueConfig};
-use pelican_testkit::{unique_name, RedisCluster};
+use pelican::{Admin, Consumer, ErrorKind, Producer, QueueConfig};
+use pelican_testkit::{eventually, unique_name, RedisCluster, RedisServer};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 fn cluster_url(c: &RedisCluster) -> String {
@@ -38,5 +41,167 @@ async fn a_queue_on_a_cluster_round_trips() {
     // Found by SCAN on the node of the queue's slot (SCAN names no key to route by).
     assert_eq!(st.cached_results, 50);
     w.stop().await;
+    p.shutdown().await.unwrap();
+}
+
+/// A request id that goes to partition `p` of `q` (ids are routed by hash).
+fn id_in(q: &QueueConfig, p: u32, tag: &str) -> String {
+    (0..)
+        .map(|i| format!("{tag}-{i}"))
+        .find(|id| q.partition_of(id) == p)
+        .expect("some id lands in every partition")
+}
+
+#[tokio::test]
+async fn a_process_with_another_partition_count_is_refused() {
+    let server = RedisServer::start();
+    let target = Target::Node(server);
+    let q = target.queue("mismatch", 4);
+    let p = Producer::<Req, Resp>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    for other in [1, 2] {
+        let err = Consumer::<Req, Resp>::connect(q.clone().with_partitions(other), fast_consumer())
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+        assert!(err.message().contains("has 4 partition(s)"), "{err}");
+        let err = Admin::connect(q.clone().with_partitions(other))
+            .await
+            .err()
+            .expect("refused");
+        assert_eq!(err.kind(), ErrorKind::Config, "{err}");
+    }
+    p.shutdown().await.unwrap();
+}
+
+/// One hot partition with a long backlog and three cold ones: the cold requests are
+/// served while the hot backlog is still mostly waiting, not after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_partition_starves_while_another_has_work() {
+    const HOT: usize = 400;
+    let server = RedisServer::start();
+    let target = Target::Node(server);
+    let q = target.queue("fairness", 4);
+    let p = Producer::<Req, Resp>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    let mut hot = Vec::new();
+    for i in 0..HOT {
+        let id = id_in(&q, 0, &format!("hot{i}"));
+        hot.push(
+            p.submit_with_id(&id, &Req::new(i as u64, "hot"))
+                .await
+                .unwrap(),
+        );
+    }
+    let done = Arc::new(AtomicUsize::new(0));
+    let d2 = done.clone();
+    let w = Worker::spawn(&q, fast_consumer().with_prefetch(4), 4, move |r: Req, _| {
+        let done = d2.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            if r.tag == "hot" {
+                done.fetch_add(1, Ordering::SeqCst);
+            }
+            Ok(echo(&r, "w"))
+        }
+    })
+    .await;
+    // The hot backlog is flowing; now the cold requests come.
+    eventually(Duration::from_secs(20), "the hot work started", || {
+        let done = done.clone();
+        async move { done.load(Ordering::SeqCst) >= 8 }
+    })
+    .await;
+    let mut cold = Vec::new();
+    for part in 1..4 {
+        let id = id_in(&q, part, "cold");
+        cold.push(
+            p.submit_with_id(&id, &Req::new(1000 + part as u64, "cold"))
+                .await
+                .unwrap(),
+        );
+    }
+    for t in cold {
+        let r = within(Duration::from_secs(20), "a cold request", t)
+            .await
+            .unwrap();
+        let hot_done = done.load(Ordering::SeqCst);
+        assert!(
+            hot_done < HOT / 2,
+            "cold request {} waited behind the hot backlog: {hot_done} of {HOT} hot ones were done first",
+            r.i
+        );
+    }
+    for t in hot {
+        within(Duration::from_secs(60), "the hot backlog", t)
+            .await
+            .unwrap();
+    }
+    w.stop().await;
+    p.shutdown().await.unwrap();
+}
+
+/// Dead letters of every partition are listed, requeued and purged through one Admin.
+#[tokio::test]
+async fn dead_letters_across_partitions() {
+    let server = RedisServer::start();
+    let target = Target::Node(server);
+    let q = target.queue("dead-parts", 3);
+    let w = Worker::spawn(
+        &q,
+        fast_consumer().with_max_deliveries(1),
+        2,
+        |_r: Req, _| async { Err(pelican::HandlerError::retry("not today")) },
+    )
+    .await;
+    let p = Producer::<Req, Resp>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for part in 0..3 {
+        let id = id_in(&q, part, "doomed");
+        let e = p
+            .submit_with_id(&id, &Req::new(part as u64, "d"))
+            .await
+            .unwrap()
+            .await;
+        assert_eq!(e.unwrap_err().kind(), ErrorKind::Dead);
+        ids.push(id);
+    }
+    w.stop().await;
+    let admin = Admin::connect(q.clone()).await.unwrap();
+    let letters = admin.dead_letters(10).await.unwrap();
+    assert_eq!(letters.len(), 3);
+    let mut parts: Vec<u32> = letters.iter().map(|d| d.partition).collect();
+    parts.sort();
+    assert_eq!(parts, [0, 1, 2]);
+    for d in &letters {
+        assert!(d.id.starts_with(&format!("{}/", d.partition)), "{}", d.id);
+    }
+    let st = admin.stats().await.unwrap();
+    assert_eq!(st.dead_letters, 3);
+    assert_eq!(st.partitions.len(), 3);
+    assert!(st.partitions.iter().all(|s| s.dead_letters == 1));
+    // A bare stream id means nothing with several partitions: a clear error.
+    let bare = letters[0].id.split_once('/').unwrap().1.to_string();
+    assert_eq!(
+        admin
+            .requeue(&[bare], Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .kind(),
+        ErrorKind::Config
+    );
+    let requeued = admin
+        .requeue(&[letters[1].id.clone()], Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(requeued[0].1.is_some(), "{requeued:?}");
+    assert_eq!(admin.dead_letters(10).await.unwrap().len(), 2);
+    assert_eq!(admin.purge_dead().await.unwrap(), 2);
+    assert_eq!(admin.stats().await.unwrap().dead_letters, 0);
     p.shutdown().await.unwrap();
 }

@@ -5,7 +5,7 @@
 use pelican::{
     Consumer, ConsumerConfig, HandlerError, Job, Keys, ProducerConfig, QueueConfig, Stopper,
 };
-use pelican_testkit::{info_int, info_str, unique_name, RedisServer};
+use pelican_testkit::{info_int, info_str, unique_name, RedisCluster, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::Value;
 use serde::{Deserialize, Serialize};
@@ -71,12 +71,109 @@ pub fn keys_of(server: &RedisServer, q: &QueueConfig) -> Vec<String> {
     keys
 }
 
+/// Where a test's queue lives: one redis-server, or a Redis Cluster.
+pub enum Target {
+    Node(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Target {
+    /// The URL producers and consumers connect to.
+    pub fn url(&self) -> String {
+        match self {
+            Target::Node(s) => s.url(),
+            Target::Cluster(c) => c.cluster_url(),
+        }
+    }
+
+    /// A queue config with short timings for tests, `partitions` partitions.
+    pub fn queue(&self, name: &str, partitions: u32) -> QueueConfig {
+        QueueConfig::new(self.url(), unique_name(name))
+            .with_janitor_interval(Duration::from_millis(200))
+            .with_partitions(partitions)
+    }
+
+    fn node_urls(&self) -> Vec<String> {
+        match self {
+            Target::Node(s) => vec![s.url()],
+            Target::Cluster(c) => c
+                .nodes()
+                .iter()
+                .filter(|n| n.is_running())
+                .map(|n| n.url())
+                .collect(),
+        }
+    }
+
+    async fn conn(&self) -> RawConn {
+        match self {
+            Target::Node(s) => RawConn::Node(
+                s.client()
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("raw connection"),
+            ),
+            Target::Cluster(c) => {
+                let urls: Vec<String> = c.nodes().iter().map(|n| n.url()).collect();
+                let client = redis::cluster::ClusterClient::new(urls).expect("cluster client");
+                RawConn::Cluster(Box::new(
+                    client
+                        .get_async_connection()
+                        .await
+                        .expect("raw cluster connection"),
+                ))
+            }
+        }
+    }
+}
+
+/// A raw connection to one node or to a cluster (routed by key).
+#[derive(Clone)]
+pub enum RawConn {
+    Node(MultiplexedConnection),
+    Cluster(Box<redis::cluster_async::ClusterConnection>),
+}
+
+impl redis::aio::ConnectionLike for RawConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            RawConn::Node(c) => c.req_packed_command(cmd),
+            RawConn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            RawConn::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            RawConn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RawConn::Node(c) => c.get_db(),
+            RawConn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 /// A raw client on a queue's keys: what a test sees in Redis, and what a foreign or
-/// broken client can write. Key names follow the protocol (`docs/PROTOCOL.md`).
+/// broken client can write. Key names follow the protocol (`docs/PROTOCOL.md`). The
+/// single-key helpers (`stream`, `req`, ...) name partition 0's keys; the counts
+/// (`xlen`, `entries_added`, `pending`, `keys`, `leftovers`) cover every partition.
 #[derive(Clone)]
 pub struct Probe {
-    conn: MultiplexedConnection,
+    conn: RawConn,
     names: Keys,
+    /// Every partition's keys.
+    parts: Vec<Keys>,
+    /// Where to look for keys (every node of a cluster).
+    node_urls: Vec<String>,
 }
 
 /// The consumer group every queue uses.
@@ -90,12 +187,24 @@ impl Probe {
             .await
             .expect("raw connection");
         Probe {
-            conn,
+            conn: RawConn::Node(conn),
             names: q.keys(),
+            parts: (0..q.partitions).map(|p| q.partition_keys(p)).collect(),
+            node_urls: vec![server.url()],
         }
     }
 
-    pub fn conn(&self) -> MultiplexedConnection {
+    /// A probe of `q` wherever it lives.
+    pub async fn on(target: &Target, q: &QueueConfig) -> Probe {
+        Probe {
+            conn: target.conn().await,
+            names: q.keys(),
+            parts: (0..q.partitions).map(|p| q.partition_keys(p)).collect(),
+            node_urls: target.node_urls(),
+        }
+    }
+
+    pub fn conn(&self) -> RawConn {
         self.conn.clone()
     }
 
@@ -121,14 +230,22 @@ impl Probe {
             .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
     }
 
-    /// Live entries of the request stream.
+    /// Live entries of the request streams.
     pub async fn xlen(&self) -> u64 {
-        self.query(redis::cmd("XLEN").arg(self.stream())).await
+        let mut n = 0;
+        for k in &self.parts {
+            n += self.query::<u64>(redis::cmd("XLEN").arg(k.stream())).await;
+        }
+        n
     }
 
-    /// Entries ever added to the request stream (XINFO STREAM entries-added).
+    /// Entries ever added to the request streams (XINFO STREAM entries-added).
     pub async fn entries_added(&self) -> u64 {
-        self.entries_added_to(&self.stream()).await
+        let mut n = 0;
+        for k in &self.parts {
+            n += self.entries_added_to(k.stream()).await;
+        }
+        n
     }
 
     /// Entries ever added to any stream.
@@ -137,18 +254,22 @@ impl Probe {
         info_int(&v, "entries-added").expect("entries-added") as u64
     }
 
-    /// Entries in the group's pending list.
+    /// Entries in the groups' pending lists.
     pub async fn pending(&self) -> u64 {
-        let v: Value = self
-            .query(redis::cmd("XPENDING").arg(self.stream()).arg(GROUP))
-            .await;
-        match v {
-            Value::Array(a) => match a.first() {
-                Some(Value::Int(n)) => *n as u64,
+        let mut n = 0;
+        for k in &self.parts {
+            let v: Value = self
+                .query(redis::cmd("XPENDING").arg(k.stream()).arg(GROUP))
+                .await;
+            n += match v {
+                Value::Array(a) => match a.first() {
+                    Some(Value::Int(n)) => *n as u64,
+                    other => panic!("XPENDING summary: {other:?}"),
+                },
                 other => panic!("XPENDING summary: {other:?}"),
-            },
-            other => panic!("XPENDING summary: {other:?}"),
+            };
         }
+        n
     }
 
     /// Names and pending counts of the group's consumers.
@@ -182,13 +303,34 @@ impl Probe {
         self.query::<i64>(redis::cmd("EXISTS").arg(key)).await == 1
     }
 
-    /// Every key of the queue, sorted.
+    /// Every key of the queue (every partition's, on every node), sorted.
     pub async fn keys(&self) -> Vec<String> {
-        let mut keys: Vec<String> = self
-            .query(redis::cmd("KEYS").arg(self.names.pattern()))
-            .await;
-        keys.sort();
-        keys
+        let mut keys = std::collections::BTreeSet::new();
+        for url in &self.node_urls {
+            let mut c = redis::Client::open(url.as_str())
+                .expect("node URL")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("node connection");
+            for k in &self.parts {
+                let found: Vec<String> = redis::cmd("KEYS")
+                    .arg(k.pattern())
+                    .query_async(&mut c)
+                    .await
+                    .expect("KEYS");
+                // A replica's copy of a master's key: the same name.
+                keys.extend(found);
+            }
+            // The queue-level record (partitions) is matched by partition 0's pattern
+            // only when the queue has one partition.
+            let extra: Vec<String> = redis::cmd("KEYS")
+                .arg(self.names.partitions())
+                .query_async(&mut c)
+                .await
+                .expect("KEYS");
+            keys.extend(extra);
+        }
+        keys.into_iter().collect()
     }
 
     /// Request keys holding a pending index ("P<sid>;<deadline>;<producers>;").
@@ -208,26 +350,28 @@ impl Probe {
     }
 
     /// Keys that must not outlive the work: pending indexes and anything that is
-    /// neither the stream, the dead-letter stream, the janitor lock, a cached outcome
-    /// nor one of the `live_producers`' reply streams.
+    /// neither the stream, the dead-letter stream, the janitor lock, the record of the
+    /// number of partitions, a cached outcome nor one of the `live_producers`' reply
+    /// streams.
     pub async fn leftovers(&self, live_producers: &[&str]) -> Vec<String> {
         let mut out = Vec::new();
-        let req = self.names.req("");
         for k in self.keys().await {
-            let fixed = [
-                self.stream(),
-                self.dead(),
-                self.names.janitor_lock().to_string(),
-            ];
-            if fixed.contains(&k) || live_producers.iter().any(|p| k == self.reply(p)) {
+            let fixed = self
+                .parts
+                .iter()
+                .flat_map(|p| [p.stream(), p.dead(), p.janitor_lock(), p.partitions()])
+                .any(|f| f == k);
+            let reply = self
+                .parts
+                .iter()
+                .any(|p| live_producers.iter().any(|id| k == p.reply(id)));
+            if fixed || reply {
                 continue;
             }
-            if k.starts_with(&req) {
+            if self.parts.iter().any(|p| k.starts_with(&p.req(""))) {
                 match self.get(&k).await {
-                    // a cached outcome: a tag byte O/E/D/X/C then the payload
-                    Some(v) if matches!(v.first(), Some(b'O' | b'E' | b'D' | b'X' | b'C')) => {
-                        continue
-                    }
+                    // a cached outcome: a tag byte O/E/D/X then the payload
+                    Some(v) if matches!(v.first(), Some(b'O' | b'E' | b'D' | b'X')) => continue,
                     None => continue, // expired meanwhile
                     Some(v) => out.push(format!("{k} = {}", String::from_utf8_lossy(&v))),
                 }

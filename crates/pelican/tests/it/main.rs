@@ -6,19 +6,25 @@
 //! - `invariants`: one test (or a few) per invariant of DESIGN.md.
 //! - `lease`: invariant 5, leases kept and lost.
 //! - `garbage`: invariant 7, entries written by broken or foreign clients.
+//! - `foreign`: invariant 7, queue keys a foreign client wrote (another type, junk).
 //! - `processes`: dedup across producers in two OS processes.
 //! - `faults`: dropped connections.
+//! - `failover`: a cluster master killed mid-run, its replica promoted.
 //! - `refusals`: which Redis errors a caller may retry.
+//! - `nitro`: Nitro's wire format against a raw client of it (see `nitro/mod.rs`).
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 //! - `trace`: the entry's trace context field `tp`.
 
 mod cluster;
 mod common;
+mod failover;
 mod faults;
+mod foreign;
 mod garbage;
 mod invariants;
 mod lease;
 mod matrix;
+mod nitro;
 mod processes;
 mod refusals;
 mod smoke;

@@ -8,7 +8,7 @@
 
 use crate::common::*;
 use pelican::{Admin, Consumer, Delivery, ErrorKind, Producer};
-use pelican_testkit::{eventually, RedisServer};
+use pelican_testkit::{eventually, RedisCluster, RedisServer};
 use std::collections::HashMap;
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -71,14 +71,28 @@ async fn answer(d: Delivery<Req, Resp>, by: &str) {
     );
 }
 
+/// Where the scenario runs: one node, or a 3-master cluster; with how many partitions.
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Node { partitions: u32 },
+    Cluster { partitions: u32 },
+}
+
 async fn run(s: Scenario) {
+    run_in(s, Mode::Node { partitions: 1 }).await
+}
+
+async fn run_in(s: Scenario, mode: Mode) {
     assert!(
         s.killed + s.non_reclaiming < s.consumers,
         "someone must reclaim"
     );
-    let server = RedisServer::start();
-    let q = queue(&server, "matrix");
-    let probe = Probe::new(&server, &q).await;
+    let (target, partitions) = match mode {
+        Mode::Node { partitions } => (Target::Node(RedisServer::start()), partitions),
+        Mode::Cluster { partitions } => (Target::Cluster(RedisCluster::start(3)), partitions),
+    };
+    let q = target.queue("matrix", partitions);
+    let probe = Probe::on(&target, &q).await;
     let cfg = fast_consumer()
         .with_claim_idle(Duration::from_millis(800))
         .with_prefetch(PREFETCH);
@@ -355,5 +369,65 @@ async fn two_producers_same_requests_without_dedup() {
         dedup: false,
         ..Scenario::default()
     })
+    .await;
+}
+
+// The same scenario over partitions: on one node (P > 1 costs nothing in correctness),
+// and spread over a 3-master Redis Cluster (P = 6: two partitions per master on average).
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partitioned_on_one_node_killed_and_non_reclaiming_consumers() {
+    run_in(
+        Scenario {
+            killed: 2,
+            non_reclaiming: 3,
+            ..Scenario::default()
+        },
+        Mode::Node { partitions: 4 },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_killed_and_non_reclaiming_consumers() {
+    run_in(
+        Scenario {
+            killed: 2,
+            non_reclaiming: 3,
+            ..Scenario::default()
+        },
+        Mode::Cluster { partitions: 6 },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_two_producers_same_requests_killed_consumers() {
+    run_in(
+        Scenario {
+            producers: 2,
+            requests: 200,
+            killed: 2,
+            overlap: true,
+            ..Scenario::default()
+        },
+        Mode::Cluster { partitions: 6 },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_two_producers_without_dedup() {
+    run_in(
+        Scenario {
+            producers: 2,
+            requests: 200,
+            killed: 2,
+            non_reclaiming: 3,
+            dedup: false,
+            ..Scenario::default()
+        },
+        Mode::Cluster { partitions: 6 },
+    )
     .await;
 }

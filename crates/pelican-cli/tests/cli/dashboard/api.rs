@@ -331,3 +331,42 @@ fn redis_down_is_reported_and_the_dashboard_lives_on() {
     let all = get(&d.addr, "/api/queues").json();
     assert_eq!(all["queues"][0]["dead_letters"], 1, "{all}");
 }
+
+/// A queue of several partitions is one queue on the dashboard, and its dead letters
+/// (ids `<partition>/<id>`) are requeued in their partition.
+#[test]
+fn a_partitioned_queue_is_one_queue() {
+    let env = Env::new("dash-parts");
+    let worker = env.spawn(&["--partitions", "2", "worker", "--handler", "echo"]);
+    let one = pelican::Keys::partition("pelican", &env.queue, 1, 2);
+    pelican_testkit::eventually_sync(DEADLINE, "the worker to create both partitions", || {
+        worker.stderr().contains("serving queue")
+    });
+    let id = bury(&env, &one, "poison-p1", r#"{"p": 1}"#);
+    let d = Dashboard::start(&env, &[]);
+    let q = d.wait_for_queue(&env.queue);
+    let tags = [format!("{}#0", env.queue), format!("{}#1", env.queue)];
+    assert_eq!(q["partitions"], serde_json::json!(tags), "{q}");
+    assert_eq!(q["dead_letters"], 1, "{q}");
+    let all = get(&d.addr, "/api/queues").json();
+    assert_eq!(all["queues"].as_array().unwrap().len(), 1, "{all}");
+    let dead = get(&d.addr, &format!("/api/queues/{}/dead", env.queue)).json();
+    assert_eq!(
+        dead["letters"][0]["id"],
+        format!("1/{id}").as_str(),
+        "{dead}"
+    );
+    let token = d.token.clone().unwrap();
+    let a = request(
+        &d.addr,
+        "POST",
+        &format!("/api/queues/{}/dead/1%2F{id}/requeue", env.queue),
+        &[("Authorization", &format!("Bearer {token}"))],
+    );
+    assert_eq!(a.status, 200, "{a:?}");
+    assert_eq!(xlen(&env, one.dead()), 0);
+    eventually_sync(DEADLINE, "the overview to count no dead letter", || {
+        get(&d.addr, "/api/queues").json()["queues"][0]["dead_letters"] == 0
+    });
+    drop(worker);
+}

@@ -6,6 +6,12 @@
 use crate::error::{Error, Result};
 use std::time::Duration;
 
+mod consumer;
+mod producer;
+
+pub use consumer::ConsumerConfig;
+pub use producer::ProducerConfig;
+
 /// Default key prefix.
 pub const DEFAULT_PREFIX: &str = "pelican";
 /// Default maximum body size (requests and responses): 4 MiB.
@@ -40,6 +46,9 @@ pub const DEFAULT_CONSUMER_GC_AFTER: Duration = Duration::from_secs(3600);
 pub const DEFAULT_DEAD_MAXLEN: usize = 10_000;
 /// Default time `shutdown` waits for in-flight work before releasing it.
 pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Most partitions a queue may have.
+pub const MAX_PARTITIONS: u32 = 1024;
 
 /// Longest accepted queue name.
 pub const MAX_QUEUE_NAME_LEN: usize = 128;
@@ -85,6 +94,12 @@ pub struct QueueConfig {
     /// For `rediss://` URLs: the PEM certificate(s) of the CA to trust instead of the
     /// system's roots (a private CA). Default none. Needs the `tls` feature.
     pub tls_root_ca_pem: Option<Vec<u8>>,
+    /// How many partitions (streams) the queue is split into. Default 1: one stream, the
+    /// keys queues have always had. More partitions spread one queue over the nodes of a
+    /// Redis Cluster (each partition lives in its own slot); a producer routes each
+    /// request by its id, so dedup holds. Every process of a queue must use the same
+    /// number: the queue records it, and a process configured otherwise is refused.
+    pub partitions: u32,
 }
 
 impl std::fmt::Debug for QueueConfig {
@@ -100,6 +115,7 @@ impl std::fmt::Debug for QueueConfig {
             .field("consumer_gc_after", &self.consumer_gc_after)
             .field("dead_maxlen", &self.dead_maxlen)
             .field("reply_maxlen", &self.reply_maxlen)
+            .field("partitions", &self.partitions)
             .field(
                 "tls_root_ca_pem",
                 &self
@@ -142,7 +158,29 @@ impl QueueConfig {
             dead_maxlen: DEFAULT_DEAD_MAXLEN,
             reply_maxlen: DEFAULT_REPLY_MAXLEN,
             tls_root_ca_pem: None,
+            partitions: 1,
         }
+    }
+
+    /// Sets the number of partitions (see [`QueueConfig::partitions`]).
+    #[must_use]
+    pub fn with_partitions(mut self, partitions: u32) -> Self {
+        self.partitions = partitions;
+        self
+    }
+
+    /// The partition request `rid` goes to: FNV-1a (64 bit) of its bytes, modulo the
+    /// number of partitions. Stable: every producer routes a request id alike.
+    pub fn partition_of(&self, rid: &str) -> u32 {
+        if self.partitions <= 1 {
+            return 0;
+        }
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in rid.bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        (h % u64::from(self.partitions)) as u32
     }
 
     /// Sets the key prefix.
@@ -211,6 +249,12 @@ impl QueueConfig {
         positive("result_ttl", self.result_ttl)?;
         positive("janitor_interval", self.janitor_interval)?;
         positive("command_timeout", self.command_timeout)?;
+        if self.partitions == 0 || self.partitions > MAX_PARTITIONS {
+            return Err(Error::config(format!(
+                "partitions must be 1 to {MAX_PARTITIONS}, got {}",
+                self.partitions
+            )));
+        }
         if self.reply_maxlen == 0 || self.dead_maxlen == 0 {
             return Err(Error::config(
                 "reply_maxlen and dead_maxlen must be at least 1",
@@ -221,7 +265,7 @@ impl QueueConfig {
     }
 }
 
-fn validate_name(what: &str, name: &str) -> Result<()> {
+pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     if name.is_empty() {
         return Err(Error::config(format!("the {what} is empty")));
     }
@@ -249,9 +293,15 @@ fn validate_name(what: &str, name: &str) -> Result<()> {
 }
 
 impl QueueConfig {
-    /// The Redis keys of this queue (for looking at Redis directly).
+    /// The Redis keys of this queue (for looking at Redis directly); with several
+    /// partitions, those of partition 0 (see [`QueueConfig::partition_keys`]).
     pub fn keys(&self) -> crate::Keys {
-        crate::Keys::new(&self.prefix, &self.name)
+        self.partition_keys(0)
+    }
+
+    /// The Redis keys of partition `partition`.
+    pub fn partition_keys(&self, partition: u32) -> crate::Keys {
+        crate::Keys::partition(&self.prefix, &self.name, partition, self.partitions)
     }
 
     /// The Redis client for the single-node URL `url` (this queue's, or one node of its
@@ -327,215 +377,7 @@ pub(crate) fn validate_request_id(id: &str) -> Result<()> {
     Ok(())
 }
 
-/// How a [`crate::Producer`] behaves.
-#[derive(Debug, Clone)]
-pub struct ProducerConfig {
-    /// How long a request may take, from submission to outcome, before the caller gets
-    /// [`crate::ErrorKind::Timeout`]; it is also the request's deadline in the queue, after
-    /// which no consumer starts it. Default 5 minutes: the work this library is for takes
-    /// seconds to minutes.
-    pub request_timeout: Duration,
-    /// Identical requests in flight are solved once (the request id is a hash of the body).
-    /// Default on. Off: every submission is its own request and costs fewer Redis commands.
-    pub dedup: bool,
-    /// How long the producer's reply stream lives without a refresh; it is refreshed every
-    /// third of it. A producer that died leaves nothing behind after this. Default 60 s.
-    pub reply_ttl: Duration,
-    /// How long a blocking read of the reply stream waits. Default 2 s.
-    pub block: Duration,
-    /// How often outcomes of requests waiting longer than this are looked up directly, in
-    /// case a reply was missed (Redis restart, reply stream lost). Default 10 s.
-    pub sweep_interval: Duration,
-}
-
-impl Default for ProducerConfig {
-    fn default() -> Self {
-        ProducerConfig {
-            request_timeout: DEFAULT_REQUEST_TIMEOUT,
-            dedup: true,
-            reply_ttl: DEFAULT_REPLY_TTL,
-            block: DEFAULT_BLOCK,
-            sweep_interval: DEFAULT_SWEEP_INTERVAL,
-        }
-    }
-}
-
-impl ProducerConfig {
-    /// Sets the request timeout.
-    #[must_use]
-    pub fn with_request_timeout(mut self, timeout: Duration) -> Self {
-        self.request_timeout = timeout;
-        self
-    }
-    /// Switches dedup on or off.
-    #[must_use]
-    pub fn with_dedup(mut self, dedup: bool) -> Self {
-        self.dedup = dedup;
-        self
-    }
-    /// Sets the reply stream's lifetime without refresh.
-    #[must_use]
-    pub fn with_reply_ttl(mut self, ttl: Duration) -> Self {
-        self.reply_ttl = ttl;
-        self
-    }
-    /// Sets the blocking read time.
-    #[must_use]
-    pub fn with_block(mut self, block: Duration) -> Self {
-        self.block = block;
-        self
-    }
-    /// Sets the sweep interval.
-    #[must_use]
-    pub fn with_sweep_interval(mut self, interval: Duration) -> Self {
-        self.sweep_interval = interval;
-        self
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        positive("request_timeout", self.request_timeout)?;
-        positive("reply_ttl", self.reply_ttl)?;
-        positive("block", self.block)?;
-        positive("sweep_interval", self.sweep_interval)?;
-        Ok(())
-    }
-}
-
-/// How a [`crate::Consumer`] behaves.
-#[derive(Debug, Clone)]
-pub struct ConsumerConfig {
-    /// An entry whose consumer has not renewed its lease for this long is taken over by
-    /// another consumer. Default 30 s: a crashed worker's work restarts within half a
-    /// minute, while a live one renews every `lease_interval`.
-    pub claim_idle: Duration,
-    /// How often the leases of the entries in hand are renewed (one command for all).
-    /// Default: a third of `claim_idle`, so two renewals may fail before a lease is lost.
-    pub lease_interval: Option<Duration>,
-    /// How often idle entries of other consumers are looked for. Default: half of
-    /// `claim_idle`.
-    pub reclaim_interval: Option<Duration>,
-    /// Deliveries after which an entry is dead-lettered instead of delivered again.
-    /// Default 5: a request that kills five consumers in a row is poison.
-    pub max_deliveries: u32,
-    /// How many deliveries the consumer holds at once (read ahead and in work). Default 16.
-    pub prefetch: usize,
-    /// How long a blocking read waits for new entries. Default 2 s.
-    pub block: Duration,
-    /// How long [`crate::Consumer::shutdown`] waits for work in hand before releasing it.
-    /// Default 30 s.
-    pub shutdown_timeout: Duration,
-    /// The consumer's name in the group. Default: `<host>-<pid>-<random>`.
-    pub name: Option<String>,
-    /// Whether this consumer takes over idle entries of others. Default on.
-    pub reclaim: bool,
-}
-
-impl Default for ConsumerConfig {
-    fn default() -> Self {
-        ConsumerConfig {
-            claim_idle: DEFAULT_CLAIM_IDLE,
-            lease_interval: None,
-            reclaim_interval: None,
-            max_deliveries: DEFAULT_MAX_DELIVERIES,
-            prefetch: DEFAULT_PREFETCH,
-            block: DEFAULT_BLOCK,
-            shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
-            name: None,
-            reclaim: true,
-        }
-    }
-}
-
-impl ConsumerConfig {
-    /// Sets the claim idle time.
-    #[must_use]
-    pub fn with_claim_idle(mut self, idle: Duration) -> Self {
-        self.claim_idle = idle;
-        self
-    }
-    /// Sets the lease renewal interval.
-    #[must_use]
-    pub fn with_lease_interval(mut self, interval: Duration) -> Self {
-        self.lease_interval = Some(interval);
-        self
-    }
-    /// Sets how often idle entries are looked for.
-    #[must_use]
-    pub fn with_reclaim_interval(mut self, interval: Duration) -> Self {
-        self.reclaim_interval = Some(interval);
-        self
-    }
-    /// Sets the maximum number of deliveries.
-    #[must_use]
-    pub fn with_max_deliveries(mut self, n: u32) -> Self {
-        self.max_deliveries = n;
-        self
-    }
-    /// Sets how many deliveries are held at once.
-    #[must_use]
-    pub fn with_prefetch(mut self, n: usize) -> Self {
-        self.prefetch = n;
-        self
-    }
-    /// Sets the blocking read time.
-    #[must_use]
-    pub fn with_block(mut self, block: Duration) -> Self {
-        self.block = block;
-        self
-    }
-    /// Sets the shutdown timeout.
-    #[must_use]
-    pub fn with_shutdown_timeout(mut self, timeout: Duration) -> Self {
-        self.shutdown_timeout = timeout;
-        self
-    }
-    /// Sets the consumer's name.
-    #[must_use]
-    pub fn with_name(mut self, name: impl Into<String>) -> Self {
-        self.name = Some(name.into());
-        self
-    }
-    /// Switches reclaiming of other consumers' idle entries on or off.
-    #[must_use]
-    pub fn with_reclaim(mut self, reclaim: bool) -> Self {
-        self.reclaim = reclaim;
-        self
-    }
-
-    pub(crate) fn lease_interval(&self) -> Duration {
-        self.lease_interval.unwrap_or(self.claim_idle / 3)
-    }
-
-    pub(crate) fn reclaim_interval(&self) -> Duration {
-        self.reclaim_interval.unwrap_or(self.claim_idle / 2)
-    }
-
-    pub(crate) fn validate(&self) -> Result<()> {
-        positive("claim_idle", self.claim_idle)?;
-        positive("block", self.block)?;
-        positive("lease_interval", self.lease_interval())?;
-        positive("reclaim_interval", self.reclaim_interval())?;
-        if self.lease_interval() >= self.claim_idle {
-            return Err(Error::config(format!(
-                "lease_interval ({:?}) must be shorter than claim_idle ({:?}), or live consumers lose their leases",
-                self.lease_interval(),
-                self.claim_idle
-            )));
-        }
-        if self.max_deliveries == 0 {
-            return Err(Error::config("max_deliveries must be at least 1"));
-        }
-        if self.prefetch == 0 {
-            return Err(Error::config("prefetch must be at least 1"));
-        }
-        if let Some(name) = &self.name {
-            validate_name("consumer name", name)?;
-        }
-        Ok(())
-    }
-}
-
-fn positive(what: &str, d: Duration) -> Result<()> {
+pub(crate) fn positive(what: &str, d: Duration) -> Result<()> {
     if d.is_zero() {
         return Err(Error::config(format!("{what} must be positive")));
     }
@@ -545,6 +387,24 @@ fn positive(what: &str, d: Duration) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn requests_are_routed_stably_and_spread() {
+        let q = QueueConfig::new("redis://h:1", "q").with_partitions(6);
+        // FNV-1a 64 of "a" is 0xaf63dc4c8601ec8c.
+        assert_eq!(q.partition_of("a"), (0xaf63_dc4c_8601_ec8c_u64 % 6) as u32);
+        let mut counts = [0u32; 6];
+        for i in 0..6000 {
+            counts[q.partition_of(&format!("{i:032x}")) as usize] += 1;
+        }
+        assert!(
+            counts.iter().all(|&n| (800..1200).contains(&n)),
+            "{counts:?}"
+        );
+        assert_eq!(QueueConfig::new("redis://h:1", "q").partition_of("a"), 0);
+        assert!(q.clone().with_partitions(0).validate().is_err());
+        assert!(q.with_partitions(MAX_PARTITIONS + 1).validate().is_err());
+    }
 
     #[test]
     fn passwords_are_redacted() {

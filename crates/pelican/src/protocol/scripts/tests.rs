@@ -1,0 +1,344 @@
+//! The typed calls against a real redis-server: the index values the scripts write
+//! decode in Rust (`lib.lua`'s `index_*` helpers and `protocol::index` agree), replies
+//! parse, and a script meeting a foreign client's key finishes its work.
+
+use super::*;
+use crate::protocol::index::{IndexValue, PendingIndex};
+use pelican_testkit::{unique_name, RedisServer};
+use redis::aio::ConnectionManager;
+
+struct Fixture {
+    _server: RedisServer,
+    conn: ConnectionManager,
+    scripts: Scripts,
+    keys: Keys,
+}
+
+const TTL_MS: u64 = 60_000;
+
+async fn fixture() -> Fixture {
+    let server = RedisServer::start();
+    let mut conn = ConnectionManager::new(server.client()).await.unwrap();
+    let keys = Keys::new("pelican", &unique_name("scripts"));
+    let () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&keys.stream)
+        .arg(&keys.group)
+        .arg("0")
+        .arg("MKSTREAM")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    Fixture {
+        _server: server,
+        conn,
+        scripts: Scripts::new(keys.clone()),
+        keys,
+    }
+}
+
+impl Fixture {
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &Cmd) -> T {
+        cmd.query_async(&mut self.conn.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
+    }
+
+    async fn submit(&self, producer: &str, rid: &str, now_ms: u64) -> SubmitAnswer {
+        let mut answers = Submit {
+            now_ms,
+            producer,
+            result_ttl_ms: TTL_MS,
+            reply_maxlen: 100,
+        }
+        .call(
+            &self.scripts,
+            [SubmitRequest {
+                rid,
+                deadline_ms: now_ms + 30_000,
+                index_ttl_ms: 30_000 + TTL_MS,
+                tp: None,
+                body: b"{}",
+            }],
+        )
+        .invoke(&mut self.conn.clone())
+        .await
+        .unwrap();
+        assert_eq!(answers.len(), 1);
+        answers.remove(0)
+    }
+
+    async fn cancel(&self, producer: &str, rid: &str) -> u64 {
+        Cancel { producer }
+            .call(&self.scripts, [CancelRequest { rid, sid: None }])
+            .invoke(&mut self.conn.clone())
+            .await
+            .unwrap()
+    }
+
+    async fn index(&self, rid: &str) -> Option<IndexValue> {
+        let v: Option<Vec<u8>> = self.query(redis::cmd("GET").arg(self.keys.req(rid))).await;
+        v.map(|v| IndexValue::decode(&v).expect("a value pelican wrote"))
+    }
+
+    /// Delivers every new entry to consumer `c`; their ids.
+    async fn deliver(&self) -> Vec<String> {
+        let v: Value = self
+            .query(
+                redis::cmd("XREADGROUP")
+                    .arg("GROUP")
+                    .arg(&self.keys.group)
+                    .arg("c")
+                    .arg("STREAMS")
+                    .arg(&self.keys.stream)
+                    .arg(">"),
+            )
+            .await;
+        entry::read_into_entries(v)
+            .into_iter()
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// Creates producer `p`'s reply stream, as a producer does.
+    async fn reply_stream(&self, p: &str) {
+        let _: String = self
+            .query(
+                redis::cmd("XADD")
+                    .arg(self.keys.reply(p))
+                    .arg("*")
+                    .arg("pelican")
+                    .arg("reply stream created"),
+            )
+            .await;
+    }
+
+    /// The rid/outcome pairs pushed to producer `p`.
+    async fn replies(&self, p: &str) -> Vec<(String, Vec<u8>)> {
+        let v: Value = self
+            .query(
+                redis::cmd("XRANGE")
+                    .arg(self.keys.reply(p))
+                    .arg("-")
+                    .arg("+"),
+            )
+            .await;
+        parse_entries(&v)
+            .into_iter()
+            .flat_map(|e| e.fields)
+            .filter(|(k, _)| k != b"pelican")
+            .map(|(k, v)| (String::from_utf8(k).unwrap(), v))
+            .collect()
+    }
+}
+
+fn pending(sid: &str, deadline_ms: u64, waiters: &[&str]) -> Option<IndexValue> {
+    Some(IndexValue::Pending(PendingIndex {
+        sid: sid.to_string(),
+        deadline_ms,
+        waiters: waiters.iter().map(|w| w.to_string()).collect(),
+    }))
+}
+
+#[tokio::test]
+async fn index_values_of_submit_and_cancel_decode_in_rust() {
+    let f = fixture().await;
+    let now = 1_700_000_000_000;
+    let SubmitAnswer::Queued(sid) = f.submit("p1", "r", now).await else {
+        panic!("a new request is queued")
+    };
+    let deadline = now + 30_000;
+    assert_eq!(f.index("r").await, pending(&sid, deadline, &["p1"]));
+    assert_eq!(f.submit("p2", "r", now).await, SubmitAnswer::Joined);
+    // A producer that waits already is not added twice.
+    assert_eq!(f.submit("p1", "r", now).await, SubmitAnswer::Joined);
+    assert_eq!(f.index("r").await, pending(&sid, deadline, &["p1", "p2"]));
+    // A producer that does not wait changes nothing.
+    assert_eq!(f.cancel("p3", "r").await, 0);
+    assert_eq!(f.cancel("p1", "r").await, 0);
+    assert_eq!(f.index("r").await, pending(&sid, deadline, &["p2"]));
+    assert_eq!(f.cancel("p2", "r").await, 1, "nobody waits: withdrawn");
+    assert_eq!(f.index("r").await, None);
+    let len: u64 = f.query(redis::cmd("XLEN").arg(&f.keys.stream)).await;
+    assert_eq!(len, 0);
+}
+
+#[tokio::test]
+async fn a_submission_past_the_deadline_of_the_request_in_flight_starts_afresh() {
+    let f = fixture().await;
+    let now = 1_700_000_000_000;
+    f.reply_stream("p1").await;
+    let SubmitAnswer::Queued(first) = f.submit("p1", "r", now).await else {
+        panic!("queued")
+    };
+    let later = now + 31_000;
+    let SubmitAnswer::Queued(second) = f.submit("p2", "r", later).await else {
+        panic!("the first entry expired: a new one is queued")
+    };
+    assert_ne!(first, second);
+    assert_eq!(
+        f.index("r").await,
+        pending(&second, later + 30_000, &["p2"])
+    );
+    let replies = f.replies("p1").await;
+    assert_eq!(replies.len(), 1, "{replies:?}");
+    assert_eq!(replies[0].0, "r");
+    assert_eq!(
+        replies[0].1.first(),
+        Some(&b'X'),
+        "the first waiter is told"
+    );
+}
+
+#[tokio::test]
+async fn complete_records_the_first_outcome_and_submit_reads_it_back() {
+    let f = fixture().await;
+    let now = 1_700_000_000_000;
+    f.reply_stream("p1").await;
+    let SubmitAnswer::Queued(sid) = f.submit("p1", "r", now).await else {
+        panic!("queued")
+    };
+    assert_eq!(f.deliver().await, vec![sid.clone()]);
+    let ok = Outcome::Ok(b"{\"x\":1}".to_vec()).encode();
+    let complete = |outcome: Vec<u8>| {
+        let sid = sid.clone();
+        let f = &f;
+        async move {
+            Complete {
+                result_ttl_ms: TTL_MS,
+                reply_maxlen: 100,
+                now_ms: now,
+            }
+            .call(
+                &f.scripts,
+                [CompleteEntry {
+                    sid: &sid,
+                    rid: "r",
+                    from: "p1",
+                    indexed: true,
+                    outcome: &outcome,
+                }],
+            )
+            .invoke(&mut f.conn.clone())
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(complete(ok.clone()).await, vec![true]);
+    let late = Outcome::Remote("late".into()).encode();
+    assert_eq!(complete(late).await, vec![false], "first outcome wins");
+    assert_eq!(f.replies("p1").await, vec![("r".to_string(), ok.clone())]);
+    assert_eq!(
+        f.submit("p2", "r", now).await,
+        SubmitAnswer::Cached(Outcome::decode(&ok).unwrap())
+    );
+}
+
+/// A foreign client made a reply key a hash. Before the fix the script's last XADD
+/// failed with WRONGTYPE after the batch was recorded: the call failed and the
+/// replies of producers flushed after that one were lost.
+#[tokio::test]
+async fn a_reply_key_of_another_type_loses_no_other_reply() {
+    let f = fixture().await;
+    f.reply_stream("p1").await;
+    let _: i64 = f
+        .query(
+            redis::cmd("HSET")
+                .arg(f.keys.reply("ghost"))
+                .arg("foreign")
+                .arg("hash"),
+        )
+        .await;
+    for (rid, from) in [("a", "ghost"), ("b", "p1")] {
+        let _: String = f
+            .query(
+                redis::cmd("XADD")
+                    .arg(&f.keys.stream)
+                    .arg("*")
+                    .arg("rid")
+                    .arg(rid)
+                    .arg("from")
+                    .arg(from)
+                    .arg("index")
+                    .arg("0")
+                    .arg("body")
+                    .arg("{}"),
+            )
+            .await;
+    }
+    let sids = f.deliver().await;
+    assert_eq!(sids.len(), 2);
+    let ok = Outcome::Ok(b"{}".to_vec()).encode();
+    let recorded = Complete {
+        result_ttl_ms: TTL_MS,
+        reply_maxlen: 100,
+        now_ms: 1_700_000_000_000,
+    }
+    .call(
+        &f.scripts,
+        [("a", "ghost"), ("b", "p1")]
+            .iter()
+            .zip(&sids)
+            .map(|((rid, from), sid)| CompleteEntry {
+                sid,
+                rid,
+                from,
+                indexed: false,
+                outcome: &ok,
+            }),
+    )
+    .invoke(&mut f.conn.clone())
+    .await
+    .expect("the script finishes");
+    assert_eq!(recorded, vec![true, true]);
+    assert_eq!(f.replies("p1").await, vec![("b".to_string(), ok)]);
+}
+
+/// A renewal of the newest of many entries in the consumer's pending list: it is still
+/// owned. The script used to page the pending list from its oldest entry, with a page
+/// of 2 x ids + 16, and reported the newest entries lost when the list was longer (the
+/// outcomes of older entries still being written): their handlers were cancelled.
+#[tokio::test]
+async fn renewing_the_newest_of_a_long_pending_list_loses_nothing() {
+    let f = fixture().await;
+    for i in 0..50 {
+        let _: String = f
+            .query(
+                redis::cmd("XADD")
+                    .arg(&f.keys.stream)
+                    .arg("*")
+                    .arg("i")
+                    .arg(i),
+            )
+            .await;
+    }
+    let read: Value = f
+        .query(
+            redis::cmd("XREADGROUP")
+                .arg("GROUP")
+                .arg(&f.keys.group)
+                .arg("c1")
+                .arg("COUNT")
+                .arg(50)
+                .arg("STREAMS")
+                .arg(&f.keys.stream)
+                .arg(">"),
+        )
+        .await;
+    let entries = entry::read_into_entries(read);
+    assert_eq!(entries.len(), 50);
+    let newest: Vec<&str> = entries[45..].iter().map(|e| e.id.as_str()).collect();
+    let lost = Renew { consumer: "c1" }
+        .call(&f.scripts, newest.iter().copied())
+        .invoke(&mut f.conn.clone())
+        .await
+        .unwrap();
+    assert!(lost.is_empty(), "owned entries reported lost: {lost:?}");
+    // Another consumer's renewal of them: all lost (owner-checked).
+    let lost = Renew { consumer: "c2" }
+        .call(&f.scripts, newest.iter().copied())
+        .invoke(&mut f.conn.clone())
+        .await
+        .unwrap();
+    assert_eq!(lost.len(), 5);
+}
