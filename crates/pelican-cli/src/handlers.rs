@@ -125,6 +125,46 @@ impl fmt::Display for Handler {
     }
 }
 
+/// Prints the `--verbose` line of one handler run (`pelican worker`, `pelican nitro
+/// worker`): `ids` name the request (`rid`, `entry`), in the order shown.
+pub fn print_handled<T>(
+    json_lines: bool,
+    consumer: &str,
+    ids: &[(&str, &str)],
+    delivery: u32,
+    result: &Result<T, HandlerError>,
+    took: Duration,
+) {
+    let (outcome, error) = match result {
+        Ok(_) => ("ok", None),
+        Err(HandlerError::Fail(m)) => ("failed", Some(m.as_str())),
+        Err(HandlerError::Retry(m)) | Err(HandlerError::RetryAfter(_, m)) => {
+            ("retry", Some(m.as_str()))
+        }
+        Err(_) => ("failed", None),
+    };
+    let ms = (took.as_secs_f64() * 10_000.0).round() / 10.0;
+    if json_lines {
+        let mut v = serde_json::json!({ "event": "handled", "consumer": consumer });
+        for (name, id) in ids {
+            v[*name] = serde_json::json!(id);
+        }
+        v["delivery"] = serde_json::json!(delivery);
+        v["outcome"] = serde_json::json!(outcome);
+        v["ms"] = serde_json::json!(ms);
+        if let Some(e) = error {
+            v["error"] = serde_json::json!(e);
+        }
+        println!("{v}");
+    } else {
+        let ids: String = ids.iter().map(|(n, id)| format!("{n}={id} ")).collect();
+        println!(
+            "{outcome:<6} {ids}delivery={delivery} {ms}ms{}",
+            error.map(|e| format!(": {e}")).unwrap_or_default()
+        );
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

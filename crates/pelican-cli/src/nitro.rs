@@ -163,37 +163,14 @@ impl Output {
 
     fn handled<T>(&self, job: &Job, result: &Result<T, HandlerError>, took: Duration) {
         self.handled.fetch_add(1, Ordering::Relaxed);
-        if !self.verbose {
-            return;
-        }
-        let (outcome, error) = match result {
-            Ok(_) => ("ok", None),
-            Err(HandlerError::Fail(m)) => ("failed", Some(m.as_str())),
-            Err(HandlerError::Retry(m)) | Err(HandlerError::RetryAfter(_, m)) => {
-                ("retry", Some(m.as_str()))
-            }
-            Err(_) => ("failed", None),
-        };
-        let ms = (took.as_secs_f64() * 10_000.0).round() / 10.0;
-        if self.json {
-            let mut v = json!({
-                "event": "handled",
-                "consumer": self.consumer,
-                "entry": job.entry_id(),
-                "delivery": job.delivery_count(),
-                "outcome": outcome,
-                "ms": ms,
-            });
-            if let Some(e) = error {
-                v["error"] = json!(e);
-            }
-            println!("{v}");
-        } else {
-            println!(
-                "{outcome:<6} entry={} delivery={} {ms}ms{}",
-                job.entry_id(),
+        if self.verbose {
+            crate::handlers::print_handled(
+                self.json,
+                &self.consumer,
+                &[("entry", job.entry_id())],
                 job.delivery_count(),
-                error.map(|e| format!(": {e}")).unwrap_or_default()
+                result,
+                took,
             );
         }
     }
