@@ -24,11 +24,12 @@ mod server;
 mod sys;
 mod workers;
 
+use crate::cli::BenchCodec;
 use crate::cli::{BenchArgs, Global};
 use crate::exit::{CliError, CliResult};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use load::{BenchProducer, Load, Phase};
 pub use load::{BenchRequest, BenchResponse};
-use load::{Load, Phase};
 use pelican::{Admin, Producer, ProducerConfig, QueueConfig};
 use report::Report;
 use server::{ServerCounters, ServerDelta};
@@ -50,8 +51,16 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
         return serve::run(g, args).await;
     }
     server::require_loopback(g.redis.as_str())?;
-    let queue = QueueConfig::new(g.redis.as_str(), queue_name())
+    let mut queue = QueueConfig::new(g.redis.as_str(), queue_name())
         .with_partitions(g.settings.partitions.unwrap_or(1));
+    if let Some(n) = g.settings.max_body_bytes {
+        queue = queue.with_max_body_bytes(n as usize);
+    }
+    // The body: the payload and the encoding's few bytes around it.
+    let body = args.payload_bytes as usize + 64;
+    if body > queue.max_body_bytes {
+        queue = queue.with_max_body_bytes(body);
+    }
     queue.validate().map_err(|e| g.error(&e))?;
     if !g.redis.as_str().contains("+cluster://") {
         crate::redis_local::require(g.redis.as_str()).await?;
@@ -146,24 +155,40 @@ impl Bench<'_> {
             worker_args.extend(["--partitions".into(), n.to_string()]);
         }
         worker_args.extend([
+            "--max-body-bytes".into(),
+            self.queue.max_body_bytes.to_string(),
+        ]);
+        worker_args.extend([
             "bench".into(),
             "--serve-worker".into(),
             "--concurrency".into(),
             args.concurrency.to_string(),
             "--prefetch".into(),
             args.prefetch().to_string(),
+            "--codec".into(),
+            match args.codec {
+                BenchCodec::Json => "json".into(),
+                BenchCodec::Raw => "raw".into(),
+            },
         ]);
         let workers = self
             .workers
             .insert(Workers::start(&exe, &worker_args, args.workers as usize).await?);
-        let producer = Producer::connect(
-            self.queue.clone(),
-            ProducerConfig::default()
-                .with_dedup(!args.no_dedup)
-                .with_request_timeout(REQUEST_TIMEOUT),
-        )
-        .await
-        .map_err(|e| g.error(&e))?;
+        let config = ProducerConfig::default()
+            .with_dedup(!args.no_dedup)
+            .with_request_timeout(REQUEST_TIMEOUT);
+        let producer = match args.codec {
+            BenchCodec::Json => BenchProducer::Json(
+                Producer::connect(self.queue.clone(), config)
+                    .await
+                    .map_err(|e| g.error(&e))?,
+            ),
+            BenchCodec::Raw => BenchProducer::Raw(
+                Producer::connect(self.queue.clone(), config)
+                    .await
+                    .map_err(|e| g.error(&e))?,
+            ),
+        };
         let load = Arc::new(Load::new(producer, args.payload_bytes as usize));
         self.load = Some(load.clone());
         let mut watched = vec![Watched {
@@ -323,6 +348,10 @@ impl Phases<'_> {
             concurrency: args.concurrency,
             prefetch: args.prefetch(),
             payload_bytes: args.payload_bytes,
+            codec: match args.codec {
+                BenchCodec::Json => "json",
+                BenchCodec::Raw => "raw",
+            },
             tp,
             lat,
             server: ServerDelta::sum(&deltas),

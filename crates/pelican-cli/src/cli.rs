@@ -329,9 +329,14 @@ pub struct BenchArgs {
     /// the next batch overlaps handling this one).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=100_000))]
     pub prefetch: Option<u64>,
-    /// Length of the payload's "data" string, in bytes.
-    #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=1_048_576))]
+    /// Length of the payload's "data" string, in bytes. Above --max-body-bytes (4 MiB
+    /// by default) the queue's limit is raised to fit, for this run.
+    #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=67_108_864))]
     pub payload_bytes: u64,
+    /// How bodies are encoded: json (the default codec) or raw (`pelican::Raw`, bytes as
+    /// they are: the payload is the request's index as 8 bytes, then the x's).
+    #[arg(long, value_enum, default_value_t = BenchCodec::Json)]
+    pub codec: BenchCodec,
     /// Switch dedup off: every submission is its own request (fewer Redis commands).
     #[arg(long)]
     pub no_dedup: bool,
@@ -449,4 +454,14 @@ pub struct NitroCallArgs {
     /// The request, as JSON (`-` reads it from stdin).
     #[arg(value_name = "JSON")]
     pub request: String,
+}
+
+/// How the bench's bodies are encoded (`--codec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchCodec {
+    /// JSON (the default codec): `{"i": N, "data": "<x...>"}`, answered `{"i": N, "ok": true}`.
+    Json,
+    /// Raw bytes (`pelican::Raw`): N as 8 bytes (little-endian) then the x's, answered
+    /// with the same 8 bytes and a 1.
+    Raw,
 }

@@ -21,7 +21,7 @@ for i = 3, #ARGV, 2 do
       if not waited then
         redis.call('XACK', stream, group, entry)
         redis.call('XDEL', stream, entry)
-        redis.call('DEL', key)
+        redis.call('DEL', key, body_key({ stream = stream }, entry))
         withdrawn = withdrawn + 1
       elseif nv ~= v then
         redis.call('SET', key, nv, 'KEEPTTL')

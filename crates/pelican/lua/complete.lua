@@ -1,7 +1,9 @@
 -- complete.lua: record the outcomes of a batch of delivered entries (first outcome wins).
 -- KEYS[1] stream   KEYS[2] request prefix   KEYS[3] reply prefix
 -- ARGV[1] group   ARGV[2] result ttl (ms)   ARGV[3] reply maxlen   ARGV[4] now (ms)
--- ARGV[5..] quintuples: stream id, rid, from (producer), index flag ("1"/"0"), outcome
+-- ARGV[5..] quintuples: stream id, rid, from (producer), index flag, outcome; the flag is
+--           "0" without an index, "1" with one, "2" with one and a stored body (deleted
+--           with the entry: see lib.lua, "stored body")
 -- Reply: one integer per entry: 1 = this outcome was recorded and pushed to the waiters,
 --        0 = the entry was finished, cancelled or dead already: this outcome is dropped.
 -- The gate: for an indexed request, the index value itself (`settle` replaces the
@@ -13,11 +15,11 @@
 local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], group = ARGV[1],
   ttl = tonumber(ARGV[2]), maxlen = ARGV[3], now = tonumber(ARGV[4]) }
 local stream, group = q.stream, q.group
-local out, done, acks = {}, {}, {}
+local out, done, acks, bodies = {}, {}, {}, {}
 for i = 5, #ARGV, 5 do
   local sid, rid, from, indexed, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local won, waiters = false, { from }
-  if indexed == '1' and rid ~= '' then
+  if indexed ~= '0' and rid ~= '' then
     local key = q.reqp .. rid
     local status, w = settle(q, key, sid, outcome)
     if status == 'won' then
@@ -35,6 +37,7 @@ for i = 5, #ARGV, 5 do
   end
   if won then
     done[#done + 1] = sid
+    if indexed == '2' then bodies[#bodies + 1] = body_key(q, sid) end
     queue_replies(rid, outcome, waiters)
     out[#out + 1] = 1
   else
@@ -46,6 +49,9 @@ for j = 1, #acks, 500 do
 end
 for j = 1, #done, 500 do
   redis.call('XDEL', stream, unpack(done, j, math.min(j + 499, #done)))
+end
+for j = 1, #bodies, 500 do
+  redis.call('DEL', unpack(bodies, j, math.min(j + 499, #bodies)))
 end
 flush_replies(q)
 return out

@@ -56,8 +56,9 @@ local entries = redis.call('XRANGE', stream, '(' .. last, '+', 'COUNT', scan)
 for _, e in ipairs(entries) do
   local f = fields_map(e[2])
   local dl = f['deadline'] and string.match(f['deadline'], '^%d+$') and tonumber(f['deadline'])
-  if dl and dl < now and f['rid'] and f['rid'] ~= '' and f['body'] then
+  if dl and dl < now and f['rid'] and f['rid'] ~= '' and (f['body'] or f['bref'] == '1') then
     redis.call('XDEL', stream, e[1])
+    if f['bref'] == '1' then redis.call('DEL', body_key(q, e[1])) end
     finish(q, e[1], f, 'Xdeadline passed before any consumer took the request')
     expired = expired + 1
   end

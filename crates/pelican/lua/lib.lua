@@ -28,6 +28,11 @@
 --                "C"<cancellation note>.
 --   reply entry  on q.replyp .. producer: one or more pairs <rid> <outcome>; a script
 --                pushes ONE entry per producer for all the outcomes it produced.
+--   stored body  a large body (dedup on) is not a field of its entry: the entry has the
+--                field bref = "1" and the body is the string at body_key(q, sid), or
+--                body_key(q, 'd' .. dead id) once dead-lettered. Redis hashes every byte
+--                of every string a script sees, so a body never passes through Lua: it
+--                is written by a plain SET and only renamed and deleted here.
 
 -- Outcomes to push, by producer: a flat list rid, outcome, rid, outcome, ...
 local replies = {}
@@ -43,6 +48,17 @@ local function ms_arg(n)
     ms_args[n] = s
   end
   return s
+end
+
+-- How long the body of a dead letter is kept (ms): dead letters are capped by count, not
+-- by age, so a body renamed to a dead letter gets an age limit of its own.
+local DEAD_BODY_TTL = 604800000
+
+-- The key of the stored body of entry `id` (see "stored body" above): beside the stream,
+-- whose key is <base>:stream, at <base>:body:<id> (keys.rs builds the same names).
+local function body_key(q, id)
+  if not q.bodyp then q.bodyp = string.sub(q.stream, 1, -7) .. 'body:' end
+  return q.bodyp .. id
 end
 
 -- Fields of a stream entry (a flat array) as a table name -> value, first wins.
@@ -229,8 +245,17 @@ local function bury(q, e)
       end
     end
   end
-  redis.call(unpack(args))
+  local did = redis.call(unpack(args))
+  local f = fields_map(flat)
+  if f.bref == '1' then
+    -- the stored body goes with its dead letter (gone already if its ttl passed)
+    local dkey = body_key(q, 'd' .. did)
+    local moved = redis.pcall('RENAME', body_key(q, e.sid), dkey)
+    if type(moved) ~= 'table' or not moved.err then
+      redis.call('PEXPIRE', dkey, DEAD_BODY_TTL)
+    end
+  end
   redis.call('XACK', q.stream, q.group, e.sid)
   redis.call('XDEL', q.stream, e.sid)
-  return finish(q, e.sid, fields_map(flat), 'D' .. e.reason)
+  return finish(q, e.sid, f, 'D' .. e.reason)
 end

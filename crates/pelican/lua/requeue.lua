@@ -16,6 +16,7 @@
 local stream, dead, reqp = KEYS[1], KEYS[2], KEYS[3]
 local now, deadline, ttl = ARGV[1], ARGV[2], tonumber(ARGV[3])
 local px = tonumber(deadline) - tonumber(now) + ttl
+local q = { stream = stream }
 local out = {}
 for i = 4, #ARGV do
   local did = ARGV[i]
@@ -23,7 +24,11 @@ for i = 4, #ARGV do
   local sid = ''
   if r[1] then
     local f = fields_map(r[1][2])
-    if f['body'] then
+    -- a stored body (lib.lua) goes with the new entry; gone (its ttl passed), there is
+    -- nothing to requeue
+    local stored = f['bref'] == '1'
+    local bkey = body_key(q, 'd' .. did)
+    if f['body'] or (stored and redis.call('EXISTS', bkey) == 1) then
       local rid = f['rid'] or ''
       local indexed = f['index'] or '0'
       local fresh = false
@@ -31,8 +36,15 @@ for i = 4, #ARGV do
         local cur = redis.pcall('GET', reqp .. rid)
         fresh = not index_parse(cur)
       end
-      sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', f['from'] or '',
-        'deadline', deadline, 'at', now, 'index', indexed, 'body', f['body'])
+      if stored then
+        sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', f['from'] or '',
+          'deadline', deadline, 'at', now, 'index', indexed, 'bref', '1')
+        redis.call('RENAME', bkey, body_key(q, sid))
+        redis.call('PEXPIRE', body_key(q, sid), px)
+      else
+        sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', f['from'] or '',
+          'deadline', deadline, 'at', now, 'index', indexed, 'body', f['body'])
+      end
       if fresh then
         redis.call('SET', reqp .. rid, index_pending(sid, deadline), 'PX', px)
       end

@@ -5,30 +5,48 @@
 -- ARGV[1] now (ms)   ARGV[2] producer id   ARGV[3] group
 -- ARGV[4] result ttl (ms: also how long an index outlives its deadline)
 -- ARGV[5] reply maxlen
--- ARGV[6..] quintuples: rid, deadline (ms), index ttl (ms: time to the deadline plus
+-- ARGV[6..] sextuples: rid, deadline (ms), index ttl (ms: time to the deadline plus
 --           result ttl, at least result ttl + 1), trace context ('' for none: no tp
---           field), body
+--           field), stage, body.
+--           stage '' : the body is the argument after it.
+--           stage s  : the body was stored at body_key(q, s) by a SET sent just before
+--                      this call (the body argument is empty): a new entry gets the
+--                      field bref = "1" instead of a body, and the stored body is renamed
+--                      to body_key(q, <its id>); otherwise the stored body is deleted.
 -- Numbers are passed on to Redis as the strings they came in: Lua would format a number
 -- with printf's %.17g, a real share of the server's time at high rates.
 -- Reply: one string per request, in order:
 --   "+<sid>" queued as a new stream entry   "=" joined a request already in flight
 --   an outcome ("O..", "E..", "D..", ...) the cached result of a finished request
+--   "!" its stored body is missing (the SET before this call failed): not submitted
 local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], now = tonumber(ARGV[1]),
   group = ARGV[3], ttl = tonumber(ARGV[4]), maxlen = ARGV[5] }
 local at, producer = ARGV[1], ARGV[2]
 local out = {}
-for i = 6, #ARGV, 5 do
-  local rid, deadline, index_ttl, tp, body = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+for i = 6, #ARGV, 6 do
+  local rid, deadline, index_ttl, tp = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local stage, body = ARGV[i + 4], ARGV[i + 5]
+  local bname, bvalue = 'body', body
+  if stage ~= '' then bname, bvalue = 'bref', '1' end
+  local answer
   local key = q.reqp .. rid
-  local v = redis.pcall('GET', key)
+  local v = false
+  if stage ~= '' and redis.call('EXISTS', body_key(q, stage)) == 0 then
+    -- its SET failed (refused: maxmemory, a read-only replica): the caller is told
+    answer = '!'
+  else
+    v = redis.pcall('GET', key)
+  end
   -- not a string: a foreign client's key, not ours; the SET below replaces it
   if type(v) == 'table' and v.err then v = false end
   local sid, dl, waiters = index_parse(v)
-  local answer
-  if sid and dl < q.now then
+  if answer then
+    -- nothing to do
+  elseif sid and dl < q.now then
     -- in flight but past its deadline: expire it so this submission starts afresh
     redis.call('XACK', q.stream, q.group, sid)
     redis.call('XDEL', q.stream, sid)
+    redis.call('DEL', body_key(q, sid))
     finish(q, sid, { rid = rid, index = '1' }, 'Xdeadline passed before the request was solved')
   elseif sid then
     local more = index_add_waiter(waiters, producer)
@@ -42,13 +60,16 @@ for i = 6, #ARGV, 5 do
     local new
     if tp == '' then
       new = redis.call('XADD', q.stream, '*', 'rid', rid, 'from', producer,
-        'deadline', deadline, 'at', at, 'index', '1', 'body', body)
+        'deadline', deadline, 'at', at, 'index', '1', bname, bvalue)
     else
       new = redis.call('XADD', q.stream, '*', 'rid', rid, 'from', producer,
-        'deadline', deadline, 'at', at, 'index', '1', 'tp', tp, 'body', body)
+        'deadline', deadline, 'at', at, 'index', '1', 'tp', tp, bname, bvalue)
     end
+    if stage ~= '' then redis.call('RENAME', body_key(q, stage), body_key(q, new)) end
     redis.call('SET', key, index_pending(new, deadline, producer), 'PX', index_ttl)
     answer = '+' .. new
+  elseif stage ~= '' then
+    redis.call('DEL', body_key(q, stage))
   end
   out[#out + 1] = answer
 end

@@ -97,7 +97,8 @@ mod task;
 mod trace;
 
 pub use admin::Admin;
-pub use codec::{Codec, CodecError, Json};
+pub use bytes::Bytes;
+pub use codec::{Codec, CodecError, Json, Raw};
 pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};
 pub use consumer::{Delivery, HandlerError, Job, LeaseLost};

@@ -4,7 +4,7 @@
 
 use super::histogram::Histogram;
 use indicatif::ProgressBar;
-use pelican::{Producer, Result as PelicanResult};
+use pelican::{Bytes, Producer, Raw, Result as PelicanResult};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -35,9 +35,34 @@ pub struct BenchResponse {
     pub ok: bool,
 }
 
+/// The bench's producer, with the codec chosen.
+pub enum BenchProducer {
+    /// `--codec json`.
+    Json(Producer<BenchRequest, BenchResponse>),
+    /// `--codec raw`.
+    Raw(Producer<Bytes, Bytes, Raw>),
+}
+
+impl BenchProducer {
+    /// Stops it (see `Producer::shutdown`).
+    pub async fn shutdown(self) -> PelicanResult<()> {
+        match self {
+            BenchProducer::Json(p) => p.shutdown().await,
+            BenchProducer::Raw(p) => p.shutdown().await,
+        }
+    }
+}
+
+/// The answer to raw request `req`: its first 8 bytes (the index) and a 1.
+pub fn raw_answer(req: &[u8]) -> Bytes {
+    let mut a = req[..req.len().min(8)].to_vec();
+    a.push(1);
+    Bytes::from(a)
+}
+
 /// The producer side of a run: one producer, the payload, and the answers checked so far.
 pub struct Load {
-    producer: Producer<BenchRequest, BenchResponse>,
+    producer: BenchProducer,
     data: String,
     next_index: AtomicU64,
     checked: AtomicU64,
@@ -77,7 +102,7 @@ struct Lanes {
 
 impl Load {
     /// A load on this producer with a payload of `payload_bytes` x's.
-    pub fn new(producer: Producer<BenchRequest, BenchResponse>, payload_bytes: usize) -> Load {
+    pub fn new(producer: BenchProducer, payload_bytes: usize) -> Load {
         Load {
             producer,
             data: "x".repeat(payload_bytes),
@@ -88,7 +113,7 @@ impl Load {
     }
 
     /// The producer back, to shut it down (once no lane holds the load any more).
-    pub fn into_producer(self) -> Producer<BenchRequest, BenchResponse> {
+    pub fn into_producer(self) -> BenchProducer {
         self.producer
     }
 
@@ -146,14 +171,51 @@ impl Load {
         }
     }
 
-    fn check(&self, i: u64, answer: PelicanResult<BenchResponse>) {
+    /// Submits request `i` and awaits its answer: whether it was right (or why not), and
+    /// the time from submission to answer (building the request is not timed).
+    async fn call(&self, i: u64) -> (Result<(), String>, Duration) {
+        match &self.producer {
+            BenchProducer::Json(p) => {
+                let req = BenchRequest {
+                    i,
+                    data: self.data.clone(),
+                };
+                let t0 = Instant::now();
+                let r = p.call(&req).await;
+                let took = t0.elapsed();
+                let r = match r {
+                    Ok(r) if r.i == i && r.ok => Ok(()),
+                    Ok(r) => Err(format!("wrong answer {r:?}")),
+                    Err(e) => Err(format!("failed: {e:#}")),
+                };
+                (r, took)
+            }
+            BenchProducer::Raw(p) => {
+                let mut req = Vec::with_capacity(8 + self.data.len());
+                req.extend_from_slice(&i.to_le_bytes());
+                req.extend_from_slice(self.data.as_bytes());
+                let want = raw_answer(&req);
+                let req = Bytes::from(req);
+                let t0 = Instant::now();
+                let r = p.call(&req).await;
+                let took = t0.elapsed();
+                let r = match r {
+                    Ok(r) if r == want => Ok(()),
+                    Ok(r) => Err(format!("wrong answer {r:?}")),
+                    Err(e) => Err(format!("failed: {e:#}")),
+                };
+                (r, took)
+            }
+        }
+    }
+
+    fn check(&self, i: u64, answer: Result<(), String>) {
         let why = match answer {
-            Ok(r) if r.i == i && r.ok => {
+            Ok(()) => {
                 self.checked.fetch_add(1, Ordering::Relaxed);
                 return;
             }
-            Ok(r) => format!("wrong answer {r:?}"),
-            Err(e) => format!("failed: {e:#}"),
+            Err(why) => why,
         };
         if self.bad.fetch_add(1, Ordering::Relaxed) < SHOW_BAD {
             eprintln!("pelican bench: request i={i}: {why}");
@@ -169,17 +231,9 @@ async fn lane(load: Arc<Load>, lanes: Arc<Lanes>) {
             return;
         }
         let i = lanes.base + j;
-        let req = BenchRequest {
-            i,
-            data: load.data.clone(),
-        };
-        let t0 = Instant::now();
-        let answer = match load.producer.submit(&req).await {
-            Ok(ticket) => ticket.await,
-            Err(e) => Err(e),
-        };
+        let (answer, took) = load.call(i).await;
         let t1 = Instant::now();
-        lanes.latencies.lock().unwrap().record(t1 - t0);
+        lanes.latencies.lock().unwrap().record(took);
         let since_start = u64::try_from((t1 - lanes.start).as_nanos()).unwrap_or(u64::MAX);
         lanes.last_ns.fetch_max(since_start, Ordering::Relaxed);
         lanes.done.fetch_add(1, Ordering::Relaxed);

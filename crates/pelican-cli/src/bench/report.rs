@@ -26,6 +26,8 @@ pub struct Report {
     pub prefetch: u64,
     /// Size of the payload's filler.
     pub payload_bytes: u64,
+    /// How bodies were encoded ("json" or "raw").
+    pub codec: &'static str,
     /// The throughput phase.
     pub tp: Phase,
     /// The latency phase (one at a time).
@@ -142,6 +144,7 @@ impl Report {
             ("concurrency", json!(self.concurrency)),
             ("prefetch", json!(self.prefetch)),
             ("payload_bytes", json!(self.payload_bytes)),
+            ("codec", json!(self.codec)),
             ("answers_checked", json!(self.checked)),
             ("bad_answers", json!(0)),
             ("partitions", json!(self.partitions.max(1))),
@@ -220,7 +223,7 @@ impl Report {
             + "+\n";
         let mut out = format!(
             "pelican bench {}: dedup {}, {} worker process{} x concurrency {} (prefetch {}), \
-             payload {} bytes, {} warm-up requests\n",
+             payload {} bytes ({}), {} warm-up requests\n",
             env!("CARGO_PKG_VERSION"),
             if self.dedup { "on" } else { "off" },
             self.workers,
@@ -228,6 +231,7 @@ impl Report {
             self.concurrency,
             self.prefetch,
             self.payload_bytes,
+            self.codec,
             self.warmup,
         );
         out.push_str(&rule);

@@ -2,13 +2,14 @@
 //! answers `{"i": N, "data": ..}` with `{"i": N, "ok": true}` until SIGTERM, then shuts
 //! down gracefully. It prints one line on stdout, [`READY_LINE`], once it is connected.
 
+use super::load::raw_answer;
 use super::workers::READY_LINE;
 use super::{BenchRequest, BenchResponse};
-use crate::cli::{BenchArgs, Global};
+use crate::cli::{BenchArgs, BenchCodec, Global};
 use crate::exit::{CliError, CliResult};
-use pelican::{Consumer, ConsumerConfig, Job};
+use pelican::{Bytes, Consumer, ConsumerConfig, Job, Raw, Stopper};
 use std::io::Write;
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 /// Serves the queue named by `--queue` until SIGTERM or SIGINT.
 pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
@@ -16,12 +17,37 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
     let cfg = ConsumerConfig::default().with_prefetch(args.prefetch() as usize);
     let signal_error =
         |e: std::io::Error| CliError::failure(format!("cannot listen for signals: {e}"));
-    let mut term = signal(SignalKind::terminate()).map_err(signal_error)?;
-    let mut int = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    let term = signal(SignalKind::terminate()).map_err(signal_error)?;
+    let int = signal(SignalKind::interrupt()).map_err(signal_error)?;
+    if args.codec == BenchCodec::Raw {
+        let consumer = Consumer::<Bytes, Bytes, Raw>::connect(queue, cfg)
+            .await
+            .map_err(|e| g.error(&e))?;
+        listen(consumer.stopper(), term, int)?;
+        return consumer
+            .serve(
+                args.concurrency as usize,
+                |req: Bytes, _job: Job| async move { Ok(raw_answer(&req)) },
+            )
+            .await
+            .map_err(|e| g.error(&e));
+    }
     let consumer = Consumer::<BenchRequest, BenchResponse>::connect(queue, cfg)
         .await
         .map_err(|e| g.error(&e))?;
-    let stop = consumer.stopper();
+    listen(consumer.stopper(), term, int)?;
+    consumer
+        .serve(
+            args.concurrency as usize,
+            |req: BenchRequest, _job: Job| async move { Ok(BenchResponse { i: req.i, ok: true }) },
+        )
+        .await
+        .map_err(|e| g.error(&e))
+}
+
+/// Stops the consumer on the first SIGTERM or SIGINT (exits on the second), and tells
+/// the bench this worker is ready.
+fn listen(stop: Stopper, mut term: Signal, mut int: Signal) -> CliResult {
     tokio::spawn(async move {
         tokio::select! {
             _ = term.recv() => {}
@@ -40,11 +66,5 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
             .and_then(|()| out.flush())
             .map_err(|e| CliError::failure(format!("cannot tell the bench we are ready: {e}")))?;
     }
-    consumer
-        .serve(
-            args.concurrency as usize,
-            |req: BenchRequest, _job: Job| async move { Ok(BenchResponse { i: req.i, ok: true }) },
-        )
-        .await
-        .map_err(|e| g.error(&e))
+    Ok(())
 }

@@ -46,12 +46,53 @@ pub(super) async fn dead_letters(sh: &Shared, count: usize) -> Result<Vec<DeadLe
         .query_async(&mut sh.conn())
         .await
         .map_err(|e| Error::redis("reading dead letters", e))?;
-    Ok(parse_entries(&v)
-        .into_iter()
-        .map(|e| {
+    let entries = parse_entries(&v);
+    // Stored bodies (field bref): their length and first bytes, in one round trip.
+    let stored: Vec<usize> = (0..entries.len())
+        .filter(|&i| entries[i].get("bref") == Some(b"1"))
+        .collect();
+    let mut previews: Vec<(usize, Vec<u8>)> = Vec::new();
+    if !stored.is_empty() {
+        let mut pipe = redis::pipe();
+        for &i in &stored {
+            let key = sh.keys.dead_body(&entries[i].id);
+            pipe.cmd("STRLEN")
+                .arg(&key)
+                .cmd("GETRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(119);
+        }
+        let flat: Vec<Value> = pipe
+            .query_async(&mut sh.conn())
+            .await
+            .map_err(|e| Error::redis("reading dead letters' bodies", e))?;
+        previews = flat
+            .chunks(2)
+            .map(|c| {
+                let n = crate::protocol::entry::int(&c[0]).unwrap_or(0).max(0) as usize;
+                let b = crate::protocol::entry::bytes(&c[1]).unwrap_or(&[]).to_vec();
+                (n, b)
+            })
+            .collect();
+    }
+    let mut previews = stored.into_iter().zip(previews).peekable();
+    Ok(entries
+        .iter()
+        .enumerate()
+        .map(|(i, e)| {
             let s = |n: &str| e.get_str(n).unwrap_or("").to_string();
-            let body = e.get("body").unwrap_or(&[]);
-            let preview_len = body.len().min(120);
+            let (len, preview) = match previews.next_if(|(at, _)| *at == i) {
+                Some((_, (n, b))) => (n, b),
+                None => {
+                    let body = e.get("body").unwrap_or(&[]);
+                    let n = e
+                        .get_str("body_bytes")
+                        .and_then(|n| n.parse().ok())
+                        .unwrap_or(body.len());
+                    (n, body[..body.len().min(120)].to_vec())
+                }
+            };
             DeadLetter {
                 id: e.id.clone(),
                 entry: s("entry"),
@@ -60,11 +101,8 @@ pub(super) async fn dead_letters(sh: &Shared, count: usize) -> Result<Vec<DeadLe
                 consumer: s("consumer"),
                 dead_at_ms: s("dead_at").parse().unwrap_or(0),
                 rid: e.get_str("rid").map(str::to_string),
-                body_len: e
-                    .get_str("body_bytes")
-                    .and_then(|n| n.parse().ok())
-                    .unwrap_or(body.len()),
-                body_preview: String::from_utf8_lossy(&body[..preview_len]).into_owned(),
+                body_len: len,
+                body_preview: String::from_utf8_lossy(&preview).into_owned(),
                 partition: sh.partition,
             }
         })
@@ -122,8 +160,41 @@ pub(super) async fn requeue_all(sh: &Shared, timeout: Duration) -> Result<usize>
     }
 }
 
-/// Deletes the dead-letter stream; returns how many letters it held.
+/// Deletes the dead-letter stream and the bodies stored for its letters; returns how
+/// many letters it held.
 pub(super) async fn purge_dead(sh: &Shared) -> Result<u64> {
+    // The stored bodies first, a page at a time (their letters name them); a letter
+    // added meanwhile keeps its body until the body's own ttl.
+    let mut from = "-".to_string();
+    loop {
+        let v: Value = redis::cmd("XRANGE")
+            .arg(&sh.keys.dead)
+            .arg(&from)
+            .arg("+")
+            .arg("COUNT")
+            .arg(500)
+            .query_async(&mut sh.conn())
+            .await
+            .map_err(|e| Error::redis("purging dead letters", e))?;
+        let page = parse_entries(&v);
+        let Some(last) = page.last() else { break };
+        from = format!("({}", last.id);
+        let bodies: Vec<String> = page
+            .iter()
+            .filter(|e| e.get("bref") == Some(b"1"))
+            .map(|e| sh.keys.dead_body(&e.id))
+            .collect();
+        if !bodies.is_empty() {
+            redis::cmd("DEL")
+                .arg(&bodies)
+                .query_async::<i64>(&mut sh.conn())
+                .await
+                .map_err(|e| Error::redis("purging dead letters' bodies", e))?;
+        }
+        if page.len() < 500 {
+            break;
+        }
+    }
     let (n, _): (u64, i64) = redis::pipe()
         .cmd("XLEN")
         .arg(&sh.keys.dead)

@@ -145,7 +145,7 @@ pub(super) async fn inspect(sh: &Shared, rid: &str) -> Result<Option<RequestInfo
     let sid = p.sid;
     info.deadline_ms = Some(p.deadline_ms);
     info.waiters = p.waiters;
-    let (found, pending): (Value, Value) = redis::pipe()
+    let (found, pending, stored_len): (Value, Value, usize) = redis::pipe()
         .cmd("XRANGE")
         .arg(&k.stream)
         .arg(&sid)
@@ -156,11 +156,17 @@ pub(super) async fn inspect(sh: &Shared, rid: &str) -> Result<Option<RequestInfo
         .arg(&sid)
         .arg(&sid)
         .arg(1)
+        .cmd("STRLEN")
+        .arg(k.body(&sid))
         .query_async(&mut conn)
         .await
         .map_err(|e| Error::redis("looking up the request's entry", e))?;
     let entry = parse_entries(&found).into_iter().next();
-    info.body_len = entry.as_ref().and_then(|e| e.get("body")).map(<[u8]>::len);
+    info.body_len = entry.as_ref().and_then(|e| match e.get("body") {
+        Some(b) => Some(b.len()),
+        // stored beside the stream
+        None => (e.get("bref") == Some(b"1")).then_some(stored_len),
+    });
     // [[id, consumer, idle, deliveries]] once delivered
     let held = entry::array(&pending)
         .first()

@@ -135,7 +135,22 @@ pub(super) async fn run<Req, Resp, C>(
         match read {
             Ok(v) => {
                 backoff.reset();
-                let entries = entry::read_into_entries(v);
+                let mut entries = entry::read_into_entries(v);
+                if let Some((at, mget)) = entry::stored_bodies(&sh.keys, &entries) {
+                    // Stored bodies, read on the same connection (the node that owns
+                    // the partition's slot). A failed read is a failed read: the
+                    // entries are pending and come back by reclaim.
+                    match conn.as_mut().expect("connected").query(&mget).await {
+                        Ok(bodies) => entry::attach_bodies(&mut entries, &at, bodies),
+                        Err(e) => {
+                            tracing::warn!(error = %format_args!("{e:#}"), "reading stored bodies failed; reconnecting");
+                            conn = None;
+                            drop(permits);
+                            wait_or_stop(&inner, backoff.next()).await;
+                            continue;
+                        }
+                    }
+                }
                 if entries.is_empty() && cfg.reclaim {
                     // Idle for a whole block: look for released work now. A retry, a
                     // dropped delivery or a shutdown makes entries reclaimable at once,
@@ -228,6 +243,7 @@ async fn deliver<Req, Resp, C>(
             rid: req.rid,
             from: req.from,
             indexed: req.indexed,
+            stored_body: req.stored_body,
             label: "expired",
             outcome: Outcome::Expired("deadline passed before a consumer started it".into())
                 .encode(),
@@ -259,6 +275,7 @@ async fn deliver<Req, Resp, C>(
         rid: req.rid,
         from: req.from,
         indexed: req.indexed,
+        stored_body: req.stored_body,
         deliveries,
         deadline_ms: req.deadline_ms,
         submitted_ms: req.submitted_ms,

@@ -4,7 +4,7 @@
 use super::state::ConsumerState;
 use crate::clock::{ms, now_ms};
 use crate::error::{Error, Result};
-use crate::protocol::entry::RawEntry;
+use crate::protocol::entry::{self, RawEntry};
 use crate::protocol::scripts::Reclaim;
 
 /// The next cursor, the entries taken over with their delivery counts, the id of the one
@@ -46,5 +46,16 @@ pub(super) async fn reclaim(
         );
         sh.metrics.dead_lettered(r.dead);
     }
-    Ok((r.next_cursor, r.claimed, r.solo, r.waiting > 0))
+    let (mut entries, counts): (Vec<RawEntry>, Vec<u32>) = r.claimed.into_iter().unzip();
+    if let Some((at, mget)) = entry::stored_bodies(&sh.keys, &entries) {
+        // The stored bodies of what was claimed (see the reader). On failure the
+        // entries stay claimed by this consumer and are reclaimed again later.
+        let bodies = mget
+            .query_async(&mut sh.conn())
+            .await
+            .map_err(|e| Error::redis("reading stored bodies", e))?;
+        entry::attach_bodies(&mut entries, &at, bodies);
+    }
+    let claimed = entries.into_iter().zip(counts).collect();
+    Ok((r.next_cursor, claimed, r.solo, r.waiting > 0))
 }

@@ -32,6 +32,8 @@ pub(crate) struct Completion {
     pub(crate) rid: String,
     pub(crate) from: String,
     pub(crate) indexed: bool,
+    /// Its body is stored beside the stream (deleted with the entry).
+    pub(crate) stored_body: bool,
     pub(crate) label: &'static str,
     pub(crate) outcome: Vec<u8>,
     pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
@@ -225,6 +227,7 @@ async fn write_completions(
             rid: &c.rid,
             from: &c.from,
             indexed: c.indexed,
+            stored_body: c.stored_body,
             outcome: &c.outcome,
         }),
     );

@@ -7,12 +7,17 @@ use crate::clock::{ms, now_ms};
 use crate::conn::retry::retry_if_dropped;
 use crate::error::{Error, Result};
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
 /// Most requests sent in one script call.
 pub(super) const MAX_BATCH: usize = 256;
+/// Bodies of at least this many bytes are stored beside the stream rather than passed
+/// through the submit script (dedup on; see `submit_indexed`). Below it, the script's
+/// cost for the body's bytes is less than the extra commands a stored body takes.
+pub(crate) const STORED_BODY_MIN: usize = 4096;
 /// Most script calls of one producer on the wire at once.
 const MAX_BATCHES_IN_FLIGHT: usize = 4;
 
@@ -84,6 +89,28 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     let sh = &inner.shared;
     let now = now_ms();
     let result_ttl = ms(sh.queue.result_ttl);
+    let index_ttl = |j: &SubmitJob| j.deadline_ms.saturating_sub(now).max(1) + result_ttl;
+    // Large bodies are stored by a plain SET sent in the same write, just before the
+    // script, which only renames or deletes them: Redis hashes every byte of every string
+    // a script sees (about a millisecond per megabyte), a SET does not.
+    let mut stored = Vec::new();
+    let stages: Vec<Option<String>> = jobs
+        .iter()
+        .map(|j| {
+            if j.body.len() < STORED_BODY_MIN {
+                return None;
+            }
+            let n = inner.next_token.fetch_add(1, Ordering::Relaxed);
+            let stage = format!("s{}:{n}", inner.id);
+            let mut set = redis::cmd("SET");
+            set.arg(sh.keys.body(&stage))
+                .arg(j.body.as_slice())
+                .arg("PX")
+                .arg(index_ttl(j));
+            stored.push(set);
+            Some(stage)
+        })
+        .collect();
     let call = Submit {
         now_ms: now,
         producer: &inner.id,
@@ -92,19 +119,27 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     }
     .call(
         &sh.scripts,
-        jobs.iter().map(|j| SubmitRequest {
+        jobs.iter().zip(&stages).map(|(j, stage)| SubmitRequest {
             rid: &j.rid,
             deadline_ms: j.deadline_ms,
             // The index outlives the deadline by the result ttl.
-            index_ttl_ms: j.deadline_ms.saturating_sub(now).max(1) + result_ttl,
+            index_ttl_ms: index_ttl(j),
             tp: j.tp.as_deref(),
+            stage: stage.as_deref(),
             body: &j.body,
         }),
     );
     // Idempotent per rid (a repeat joins the first attempt's request or reads its
-    // outcome), so it may be sent again after a dropped connection.
+    // outcome, and deletes its stored body again), so it may be sent again after a
+    // dropped connection.
     let call = &call;
-    retry_if_dropped(move || async move { call.invoke(&mut sh.conn()).await })
+    if stored.is_empty() {
+        return retry_if_dropped(move || async move { call.invoke(&mut sh.conn()).await })
+            .await
+            .map_err(|e| Error::redis("submitting requests", e));
+    }
+    let pipe = &call.after(stored);
+    retry_if_dropped(move || async move { call.invoke_pipeline(pipe, &mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("submitting requests", e))
 }
@@ -161,6 +196,20 @@ fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
                     SubmitAnswer::Cached(o) => {
                         inner.resolve(&job.rid, Ok(o));
                         Submitted::Cached
+                    }
+                    SubmitAnswer::BodyMissing => {
+                        let e = Error::redis(
+                            "submitting requests",
+                            redis::RedisError::from((
+                                redis::ErrorKind::Client,
+                                "Redis did not store the request's body (the SET before the submit script failed)",
+                            )),
+                        );
+                        inner.resolve(&job.rid, Err(e.clone()));
+                        if let Some(ack) = job.ack.take() {
+                            let _ = ack.send(Err(e));
+                        }
+                        continue;
                     }
                 };
                 if let Some(ack) = job.ack.take() {

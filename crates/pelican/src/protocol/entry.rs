@@ -159,6 +159,8 @@ pub(crate) struct Request {
     pub(crate) rid: String,
     pub(crate) from: String,
     pub(crate) indexed: bool,
+    /// Its body was stored beside the stream (field `bref`), fetched by the reader.
+    pub(crate) stored_body: bool,
     pub(crate) deadline_ms: u64,
     pub(crate) submitted_ms: u64,
     pub(crate) body: Vec<u8>,
@@ -189,8 +191,14 @@ impl Request {
             .get_str("at")
             .and_then(|d| d.parse::<u64>().ok())
             .unwrap_or(0);
+        let stored_body = e.get("bref") == Some(b"1");
         let body_len = e.get("body").map(<[u8]>::len);
         match body_len {
+            None if stored_body => {
+                return Err(
+                    "the entry's stored body is gone (its key expired or was deleted)".to_string(),
+                )
+            }
             None => return Err("entry has no 'body' field".to_string()),
             Some(n) if n > max_body => {
                 return Err(format!(
@@ -211,9 +219,44 @@ impl Request {
             rid,
             from,
             indexed,
+            stored_body,
             deadline_ms,
             submitted_ms,
             body,
         })
+    }
+}
+
+/// The entries among `entries` whose body is stored beside the stream (field `bref`),
+/// by index, and the `MGET` of their bodies (one slot: every key of a partition carries
+/// its hash tag). `None` when there are none.
+pub(crate) fn stored_bodies(
+    keys: &super::keys::Keys,
+    entries: &[RawEntry],
+) -> Option<(Vec<usize>, redis::Cmd)> {
+    let at: Vec<usize> = entries
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| e.get("bref") == Some(b"1") && e.get("body").is_none())
+        .map(|(i, _)| i)
+        .collect();
+    if at.is_empty() {
+        return None;
+    }
+    let mut cmd = redis::cmd("MGET");
+    for &i in &at {
+        cmd.arg(keys.body(&entries[i].id));
+    }
+    Some((at, cmd))
+}
+
+/// Puts the bodies an [`stored_bodies`] `MGET` returned into their entries, as the
+/// field `body`; a missing one (nil) is left out, and the entry is dead-lettered with
+/// that reason.
+pub(crate) fn attach_bodies(entries: &mut [RawEntry], at: &[usize], reply: Value) {
+    for (&i, v) in at.iter().zip(into_array(reply)) {
+        if let Some(b) = into_bytes(v) {
+            entries[i].fields.push((b"body".to_vec(), b));
+        }
     }
 }

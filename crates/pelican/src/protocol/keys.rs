@@ -14,6 +14,10 @@ pub struct Keys {
     pub(crate) req_prefix: String,
     /// Prefix of the per-producer reply streams; the producer id is appended.
     pub(crate) reply_prefix: String,
+    /// Prefix of the stored bodies (large bodies with dedup on): a stream entry id, `d`
+    /// and a dead-letter id, or `s` and a producer's staging name is appended. Lua builds
+    /// the same names from the stream key (`lib.lua`, `body_key`).
+    pub(crate) body_prefix: String,
     pub(crate) janitor_lock: String,
     /// How many partitions the queue has (one key per queue, not per partition).
     pub(crate) partitions: String,
@@ -44,6 +48,7 @@ impl Keys {
             dead: format!("{base}:dead"),
             req_prefix: format!("{base}:req:"),
             reply_prefix: format!("{base}:reply:"),
+            body_prefix: format!("{base}:body:"),
             janitor_lock: format!("{base}:janitor"),
             partitions: format!("{prefix}:{{{queue}}}:partitions"),
             group: "pelican".to_string(),
@@ -80,6 +85,17 @@ impl Keys {
         format!("{}{rid}", self.req_prefix)
     }
 
+    /// The stored body of stream entry `sid` (an entry with the field `bref`; large
+    /// bodies of requests with dedup on are kept beside the stream, not in it).
+    pub fn body(&self, sid: &str) -> String {
+        format!("{}{sid}", self.body_prefix)
+    }
+
+    /// The stored body of dead letter `id` (its `bref` field is set).
+    pub fn dead_body(&self, id: &str) -> String {
+        format!("{}d{id}", self.body_prefix)
+    }
+
     /// The reply stream of producer `producer`.
     pub fn reply(&self, producer: &str) -> String {
         format!("{}{producer}", self.reply_prefix)
@@ -108,6 +124,8 @@ mod tests {
             assert!(key.starts_with("pelican:{jobs}:"), "{key}");
         }
         assert_eq!(k.req("abc"), "pelican:{jobs}:req:abc");
+        assert_eq!(k.body("1-2"), "pelican:{jobs}:body:1-2");
+        assert_eq!(k.dead_body("1-2"), "pelican:{jobs}:body:d1-2");
         assert_eq!(k.pattern(), "pelican:{jobs}:*");
         assert_eq!(k.partitions(), "pelican:{jobs}:partitions");
         assert_eq!(Keys::partition("pelican", "jobs", 0, 1), k);

@@ -97,6 +97,44 @@ impl<'s, R> ScriptCall<'s, R> {
         (self.reply)(v)
     }
 
+    /// A pipeline of `before` (commands whose replies are not needed, e.g. the SETs of
+    /// stored bodies) and then this call, all sent in one write: run it with
+    /// [`ScriptCall::invoke_pipeline`]. The commands are moved, not copied.
+    pub(crate) fn after(&self, before: Vec<Cmd>) -> redis::Pipeline {
+        let mut p = redis::pipe();
+        p.ignore_errors();
+        for c in before {
+            p.add_command(c);
+        }
+        p.add_command(self.cmd.clone());
+        p
+    }
+
+    /// Runs a pipeline made by [`ScriptCall::after`] and reads this call's reply. The
+    /// commands before it are not checked: the script sees what they did (or did not do).
+    /// When Redis does not know the script, it is loaded and the whole pipeline sent
+    /// again (the commands before must be idempotent).
+    pub(crate) async fn invoke_pipeline(
+        &self,
+        pipe: &redis::Pipeline,
+        conn: &mut (impl redis::aio::ConnectionLike + Send),
+    ) -> RedisResult<R> {
+        let mut loaded = false;
+        loop {
+            let mut replies: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
+            let last = replies
+                .pop()
+                .ok_or_else(|| unexpected("an empty pipeline reply", &Value::Nil))?;
+            match last {
+                Err(e) if e.code() == Some("NOSCRIPT") && !loaded => {
+                    self.script.load_async(conn).await?;
+                    loaded = true;
+                }
+                r => return (self.reply)(r?),
+            }
+        }
+    }
+
     /// Runs it on a connection of a task's own, loading the script through `loader`
     /// (the shared connection) when Redis does not know it.
     pub(crate) async fn invoke_on(
@@ -143,6 +181,9 @@ pub(crate) struct SubmitRequest<'a> {
     pub(crate) index_ttl_ms: u64,
     /// The submitting span's W3C trace context, written as the entry's `tp` field.
     pub(crate) tp: Option<&'a str>,
+    /// Where the body was stored just before this call (`Keys::body` of this name),
+    /// instead of passing it: `body` is then not sent.
+    pub(crate) stage: Option<&'a str>,
     pub(crate) body: &'a [u8],
 }
 
@@ -155,6 +196,8 @@ pub(crate) enum SubmitAnswer {
     Joined,
     /// Finished already: its cached outcome.
     Cached(Outcome),
+    /// Its stored body was missing (the SET before the call failed): not submitted.
+    BodyMissing,
 }
 
 impl Submit<'_> {
@@ -178,8 +221,11 @@ impl Submit<'_> {
             c.arg(r.rid)
                 .arg(r.deadline_ms)
                 .arg(r.index_ttl_ms)
-                .arg(r.tp.unwrap_or(""))
-                .arg(r.body);
+                .arg(r.tp.unwrap_or(""));
+            match r.stage {
+                Some(stage) => c.arg(stage).arg(""),
+                None => c.arg("").arg(r.body),
+            };
         }
         c
     }
@@ -194,6 +240,7 @@ fn submit_reply(v: Value) -> RedisResult<Vec<SubmitAnswer>> {
                 String::from_utf8_lossy(sid).into_owned(),
             )),
             Some((b'=', [])) => Ok(SubmitAnswer::Joined),
+            Some((b'!', [])) => Ok(SubmitAnswer::BodyMissing),
             _ => Outcome::decode(&a)
                 .map(SubmitAnswer::Cached)
                 .ok_or_else(|| {
@@ -259,6 +306,8 @@ pub(crate) struct CompleteEntry<'a> {
     pub(crate) from: &'a str,
     /// Whether an index tracks it (dedup on).
     pub(crate) indexed: bool,
+    /// Whether its body is stored beside the stream (deleted with the entry).
+    pub(crate) stored_body: bool,
     /// The encoded [`Outcome`].
     pub(crate) outcome: &'a [u8],
 }
@@ -283,7 +332,7 @@ impl Complete {
             c.arg(e.sid)
                 .arg(e.rid)
                 .arg(e.from)
-                .arg(flag(e.indexed))
+                .arg(if e.stored_body { "2" } else { flag(e.indexed) })
                 .arg(e.outcome);
         }
         c

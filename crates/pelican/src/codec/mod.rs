@@ -31,3 +31,6 @@ impl Codec for Json {
         serde_json::from_slice(bytes).map_err(|e| CodecError(e.to_string()))
     }
 }
+
+mod raw;
+pub use raw::Raw;
