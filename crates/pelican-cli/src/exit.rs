@@ -93,8 +93,14 @@ impl CliError {
             )),
             ErrorKind::Redis => CliError::failure(format!(
                 "redis error: {msg}. Check that the server at {} is Redis 6.2 or newer and reachable \
-                 (`redis-cli -u URL ping`)",
-                pelican::config::redacted_url(url)
+                 (`redis-cli -u URL ping`){}",
+                pelican::config::redacted_url(url),
+                if url.starts_with("rediss+cluster://") {
+                    "; a TLS cluster must name its TLS ports in CLUSTER SLOTS \
+                     (nodes with `tls-cluster yes`, or TLS only with `port 0`)"
+                } else {
+                    ""
+                }
             )),
             _ => CliError::failure(format!("{err:#}")),
         }

@@ -6,11 +6,15 @@ use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::resp::{Reply, RespConn};
-use crate::server::{binary_missing, run_cli, RedisServer};
+use crate::resp::{Addr, Reply, RespConn};
+use crate::server::{binary_missing, cli_tls_args, run_cli, RedisServer};
+use crate::tls::TlsFiles;
 
 /// How long the cluster may take to report `cluster_state:ok` on every node.
 const CLUSTER_OK_TIMEOUT: Duration = Duration::from_secs(20);
+/// How long `redis-cli --cluster create` may take (it waits for the nodes to meet on the
+/// cluster bus, with no deadline of its own).
+const CREATE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long a replica may take to be promoted after its master died.
 const FAILOVER_TIMEOUT: Duration = Duration::from_secs(30);
 /// `cluster-node-timeout` of clusters with replicas: how long a master may be silent
@@ -44,6 +48,35 @@ impl RedisCluster {
     /// seconds has no replica to promote) and a silent master is failed over after
     /// `cluster-node-timeout` 1 s.
     pub fn start_with(masters: usize, replicas: usize, args: &[&str]) -> RedisCluster {
+        RedisCluster::start_inner(masters, replicas, args, None)
+    }
+
+    /// Like [`start_with`](Self::start_with), but every node speaks TLS only: each is a
+    /// [`RedisServerBuilder::tls`](crate::RedisServerBuilder::tls) server (a TLS port,
+    /// plain port 0) with `--tls-cluster yes --tls-replication yes`, so the cluster bus
+    /// and replication use TLS too and `CLUSTER SLOTS` names the TLS ports. The cluster
+    /// is created over TLS (`redis-cli --tls --cluster create`) and the readiness checks
+    /// go through each node's Unix socket. [`cluster_url`](Self::cluster_url) is then a
+    /// `rediss+cluster://` URL; clients must trust `tls.ca_cert`.
+    ///
+    /// The nodes present `tls.cert` to each other as a client certificate, so it needs
+    /// extended key usage `clientAuth` as well as `serverAuth` (as [`crate::TestCa`]'s
+    /// has); the server binary needs TLS support.
+    pub fn start_tls(
+        masters: usize,
+        replicas: usize,
+        args: &[&str],
+        tls: &TlsFiles,
+    ) -> RedisCluster {
+        RedisCluster::start_inner(masters, replicas, args, Some(tls))
+    }
+
+    fn start_inner(
+        masters: usize,
+        replicas: usize,
+        args: &[&str],
+        tls: Option<&TlsFiles>,
+    ) -> RedisCluster {
         assert!(
             masters >= 3,
             "a Redis Cluster needs at least 3 masters, got {masters}"
@@ -64,6 +97,14 @@ impl RedisCluster {
                         .arg("--cluster-replica-validity-factor")
                         .arg("0");
                 }
+                if let Some(tls) = tls {
+                    b = b
+                        .tls(tls)
+                        .arg("--tls-cluster")
+                        .arg("yes")
+                        .arg("--tls-replication")
+                        .arg("yes");
+                }
                 for a in args {
                     b = b.arg(*a);
                 }
@@ -79,14 +120,25 @@ impl RedisCluster {
         cluster
     }
 
-    /// `redis+cluster://127.0.0.1:PORT,...`: every node as a seed.
+    /// `redis+cluster://127.0.0.1:PORT,...`: every node as a seed
+    /// (`rediss+cluster://` for a cluster started with [`start_tls`](Self::start_tls)).
     pub fn cluster_url(&self) -> String {
         let seeds: Vec<String> = self
             .ports()
             .iter()
             .map(|p| format!("127.0.0.1:{p}"))
             .collect();
-        format!("redis+cluster://{}", seeds.join(","))
+        let scheme = if self.tls().is_some() {
+            "rediss+cluster"
+        } else {
+            "redis+cluster"
+        };
+        format!("{scheme}://{}", seeds.join(","))
+    }
+
+    /// The certificate files of a cluster started with [`start_tls`](Self::start_tls).
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.nodes.first().and_then(RedisServer::tls)
     }
 
     /// The index (in [`RedisCluster::nodes`]) of the master that serves `key` now.
@@ -104,7 +156,8 @@ impl RedisCluster {
 
     fn master_port_of_slot(&self, slot: u16) -> u16 {
         for node in self.nodes.iter().filter(|n| n.is_running()) {
-            let Ok(mut conn) = RespConn::connect(node.port(), Duration::from_millis(500)) else {
+            let Ok(mut conn) = RespConn::connect(&node.probe_addr(), Duration::from_millis(500))
+            else {
                 continue;
             };
             let Ok(Reply::Array(Some(ranges))) = conn.command(&["CLUSTER", "SLOTS"]) else {
@@ -151,7 +204,7 @@ impl RedisCluster {
             .ok()
             .filter(|&p| p != old_port);
             let all_ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
-                cluster_info(n.port())
+                cluster_info(&n.probe_addr())
                     .is_ok_and(|i| i.lines().any(|l| l.trim() == "cluster_state:ok"))
             });
             if promoted.is_some() && all_ok {
@@ -174,7 +227,7 @@ impl RedisCluster {
             .enumerate()
             .filter(|(_, n)| n.is_running())
             .filter(|(_, n)| {
-                RespConn::connect(n.port(), Duration::from_millis(500))
+                RespConn::connect(&n.probe_addr(), Duration::from_millis(500))
                     .and_then(|mut c| c.command(&["INFO", "replication"]))
                     .ok()
                     .and_then(|r| r.text())
@@ -191,7 +244,7 @@ impl RedisCluster {
         let start = Instant::now();
         for node in &self.nodes {
             loop {
-                let info = RespConn::connect(node.port(), Duration::from_millis(500))
+                let info = RespConn::connect(&node.probe_addr(), Duration::from_millis(500))
                     .and_then(|mut c| c.command(&["INFO", "replication"]))
                     .ok()
                     .and_then(|r| r.text())
@@ -208,7 +261,7 @@ impl RedisCluster {
                     break;
                 }
                 if start.elapsed() >= CLUSTER_OK_TIMEOUT {
-                    let nodes = RespConn::connect(node.port(), Duration::from_millis(500))
+                    let nodes = RespConn::connect(&node.probe_addr(), Duration::from_millis(500))
                         .and_then(|mut c| c.command(&["CLUSTER", "NODES"]))
                         .ok()
                         .and_then(|r| r.text())
@@ -225,8 +278,13 @@ impl RedisCluster {
         }
     }
 
+    /// `redis-cli --cluster create` (over TLS for a TLS cluster), killed with a clear
+    /// message when it has not finished within [`CREATE_TIMEOUT`]: it waits for the nodes
+    /// to meet with no deadline of its own, so nodes that cannot talk on the cluster bus
+    /// (e.g. a certificate the nodes refuse as a client certificate) would hang it.
     fn create(&self) {
         let mut cmd = Command::new("redis-cli");
+        cmd.args(cli_tls_args(self.tls()));
         cmd.arg("--cluster").arg("create");
         for port in self.ports() {
             cmd.arg(format!("127.0.0.1:{port}"));
@@ -234,20 +292,58 @@ impl RedisCluster {
         cmd.arg("--cluster-replicas")
             .arg(self.replicas.to_string())
             .arg("--cluster-yes")
-            .stdin(Stdio::null());
-        let output = match cmd.output() {
-            Ok(o) => o,
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = match cmd.spawn() {
+            Ok(c) => c,
             Err(e) if e.kind() == io::ErrorKind::NotFound => binary_missing("redis-cli"),
             Err(e) => panic!("cannot run redis-cli --cluster create: {e}"),
         };
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        if !output.status.success() || !stdout.contains("All 16384 slots covered") {
+        // Drained by threads, so a chatty redis-cli never blocks on a full pipe.
+        let drain = |r: Option<Box<dyn io::Read + Send>>| {
+            thread::spawn(move || {
+                let mut buf = Vec::new();
+                if let Some(mut r) = r {
+                    let _ = r.read_to_end(&mut buf);
+                }
+                String::from_utf8_lossy(&buf).into_owned()
+            })
+        };
+        let out = drain(child.stdout.take().map(|r| Box::new(r) as _));
+        let err = drain(child.stderr.take().map(|r| Box::new(r) as _));
+        let start = Instant::now();
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break Some(status),
+                Ok(None) if start.elapsed() >= CREATE_TIMEOUT => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break None;
+                }
+                Ok(None) => thread::sleep(Duration::from_millis(20)),
+                Err(e) => panic!("cannot wait for redis-cli --cluster create: {e}"),
+            }
+        };
+        let stdout = out.join().unwrap_or_default();
+        let stderr = err.join().unwrap_or_default();
+        let Some(status) = status else {
             panic!(
-                "`redis-cli --cluster create` on ports {:?} failed ({}):\nstdout: {}\nstderr: {}",
+                "`redis-cli --cluster create` on ports {:?} did not finish within {CREATE_TIMEOUT:?}: \
+                 the nodes did not meet on the cluster bus{}\nstdout: {stdout}\nstderr: {stderr}",
                 self.ports(),
-                output.status,
-                stdout,
-                String::from_utf8_lossy(&output.stderr)
+                if self.tls().is_some() {
+                    " (with --tls-cluster, every node must accept the others' certificate \
+                     as a client certificate: extended key usage clientAuth)"
+                } else {
+                    ""
+                }
+            );
+        };
+        if !status.success() || !stdout.contains("All 16384 slots covered") {
+            panic!(
+                "`redis-cli --cluster create` on ports {:?} failed ({status}):\nstdout: {stdout}\nstderr: {stderr}",
+                self.ports(),
             );
         }
     }
@@ -256,7 +352,7 @@ impl RedisCluster {
         let start = Instant::now();
         for node in &self.nodes {
             loop {
-                let last = match cluster_info(node.port()) {
+                let last = match cluster_info(&node.probe_addr()) {
                     Ok(info) if info.lines().any(|l| l.trim() == "cluster_state:ok") => break,
                     Ok(info) => info,
                     Err(e) => e,
@@ -306,13 +402,13 @@ impl RedisCluster {
             .iter()
             .find(|n| n.is_running())
             .expect("a running node");
-        run_cli(node.port(), &all)
+        run_cli(node.port(), node.tls(), &all)
     }
 }
 
-fn cluster_info(port: u16) -> Result<String, String> {
+fn cluster_info(addr: &Addr) -> Result<String, String> {
     let mut conn =
-        RespConn::connect(port, Duration::from_millis(500)).map_err(|e| format!("connect: {e}"))?;
+        RespConn::connect(addr, Duration::from_millis(500)).map_err(|e| format!("connect: {e}"))?;
     let reply = conn
         .command(&["CLUSTER", "INFO"])
         .map_err(|e| format!("CLUSTER INFO: {e}"))?;

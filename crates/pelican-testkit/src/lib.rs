@@ -1,6 +1,6 @@
-//! Test support for pelican: real `redis-server` processes, Redis Clusters, a
-//! fault-injecting TCP proxy and a client of Nitro's wire format ([`nitro`]), plus small
-//! polling helpers.
+//! Test support for pelican: real `redis-server` processes (plain, or TLS-only with a
+//! throwaway CA: [`TestCa`]), Redis Clusters (plain or TLS-only), a fault-injecting TCP
+//! proxy and a client of Nitro's wire format ([`nitro`]), plus small polling helpers.
 //!
 //! Everything here uses real processes and real sockets; nothing is mocked.
 //! `redis-server` and `redis-cli` must be on `PATH` (or the server binary named by
@@ -28,10 +28,12 @@ mod proxy;
 mod resp;
 mod server;
 mod sys;
+mod tls;
 
 pub use cluster::RedisCluster;
 pub use proxy::Proxy;
 pub use server::{server_binary, RedisServer, RedisServerBuilder, SERVER_ENV};
+pub use tls::{TestCa, TlsFiles};
 
 /// Interval between two evaluations of the condition in [`eventually`] and
 /// [`eventually_sync`].

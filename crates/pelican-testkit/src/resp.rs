@@ -1,8 +1,10 @@
 //! A tiny blocking RESP2 client used for readiness probes, independent of the
 //! `redis` crate so that probing never depends on client-side handshakes.
 
-use std::io::{self, BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// One RESP2 reply.
@@ -26,18 +28,69 @@ impl Reply {
     }
 }
 
-/// A short-lived connection to `127.0.0.1:port` with the given I/O timeout.
+/// Where a probe connects: `127.0.0.1:port`, or a Unix socket (the way in to a server
+/// whose only TCP port speaks TLS).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Addr {
+    Tcp(u16),
+    Unix(PathBuf),
+}
+
+/// The stream under a [`RespConn`].
+enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.flush(),
+            Stream::Unix(s) => s.flush(),
+        }
+    }
+}
+
+/// A short-lived connection to `addr` with the given I/O timeout.
 pub(crate) struct RespConn {
-    reader: BufReader<TcpStream>,
+    reader: BufReader<Stream>,
 }
 
 impl RespConn {
-    pub(crate) fn connect(port: u16, timeout: Duration) -> io::Result<RespConn> {
-        let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, port));
-        let stream = TcpStream::connect_timeout(&addr, timeout)?;
-        stream.set_read_timeout(Some(timeout))?;
-        stream.set_write_timeout(Some(timeout))?;
-        stream.set_nodelay(true)?;
+    pub(crate) fn connect(addr: &Addr, timeout: Duration) -> io::Result<RespConn> {
+        let stream = match addr {
+            Addr::Tcp(port) => {
+                let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, *port));
+                let stream = TcpStream::connect_timeout(&addr, timeout)?;
+                stream.set_read_timeout(Some(timeout))?;
+                stream.set_write_timeout(Some(timeout))?;
+                stream.set_nodelay(true)?;
+                Stream::Tcp(stream)
+            }
+            Addr::Unix(path) => {
+                // A Unix socket connects at once or fails (no handshake over a network).
+                let stream = UnixStream::connect(path)?;
+                stream.set_read_timeout(Some(timeout))?;
+                stream.set_write_timeout(Some(timeout))?;
+                Stream::Unix(stream)
+            }
+        };
         Ok(RespConn {
             reader: BufReader::new(stream),
         })

@@ -8,8 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::resp::{Reply, RespConn};
+use crate::resp::{Addr, Reply, RespConn};
 use crate::sys::{self, TempDir};
+use crate::tls::TlsFiles;
 
 /// How long one start attempt may take until the server answers `PONG`.
 const READY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -17,6 +18,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(10);
 const START_ATTEMPTS: usize = 4;
 /// Timeout for each readiness probe (connect, write, read).
 const PROBE_TIMEOUT: Duration = Duration::from_millis(500);
+/// Name of the Unix socket of a TLS server inside its directory.
+const SOCKET_FILE: &str = "redis.sock";
 /// Name of the server log file inside its directory.
 const LOG_FILE: &str = "redis.log";
 /// stdout/stderr of the server go here (config errors are only printed there).
@@ -43,10 +46,12 @@ pub(crate) fn binary_missing(name: &str) -> ! {
     )
 }
 
-/// Runs `redis-cli -h 127.0.0.1 -p PORT args...`; returns stdout trimmed, panics
-/// with stderr when redis-cli cannot be run or exits unsuccessfully.
-pub(crate) fn run_cli(port: u16, args: &[&str]) -> String {
+/// Runs `redis-cli -h 127.0.0.1 -p PORT args...` (with `--tls --cacert CA` for a TLS
+/// port); returns stdout trimmed, panics with stderr when redis-cli cannot be run or
+/// exits unsuccessfully.
+pub(crate) fn run_cli(port: u16, tls: Option<&TlsFiles>, args: &[&str]) -> String {
     let output = Command::new("redis-cli")
+        .args(cli_tls_args(tls))
         .arg("-h")
         .arg("127.0.0.1")
         .arg("-p")
@@ -62,7 +67,8 @@ pub(crate) fn run_cli(port: u16, args: &[&str]) -> String {
     let stdout = String::from_utf8_lossy(&output.stdout);
     if !output.status.success() {
         panic!(
-            "`redis-cli -p {port} {}` failed ({}):\nstderr: {}\nstdout: {}",
+            "`redis-cli -p {port}{} {}` failed ({}):\nstderr: {}\nstdout: {}",
+            if tls.is_some() { " --tls" } else { "" },
             args.join(" "),
             output.status,
             String::from_utf8_lossy(&output.stderr).trim(),
@@ -72,6 +78,18 @@ pub(crate) fn run_cli(port: u16, args: &[&str]) -> String {
     stdout.trim().to_string()
 }
 
+/// `--tls --cacert CA` for a TLS server, nothing for a plain one.
+pub(crate) fn cli_tls_args(tls: Option<&TlsFiles>) -> Vec<std::ffi::OsString> {
+    match tls {
+        Some(t) => vec![
+            "--tls".into(),
+            "--cacert".into(),
+            t.ca_cert.clone().into_os_string(),
+        ],
+        None => Vec::new(),
+    }
+}
+
 /// Builder for a [`RedisServer`] with non-default settings; see [`RedisServer::builder`].
 #[derive(Debug, Clone, Default)]
 #[must_use = "a builder does nothing until .start() is called"]
@@ -79,6 +97,7 @@ pub struct RedisServerBuilder {
     appendonly: bool,
     args: Vec<String>,
     port: Option<u16>,
+    tls: Option<TlsFiles>,
 }
 
 impl RedisServerBuilder {
@@ -104,6 +123,20 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Serves clients over TLS only: the port ([`RedisServer::port`]) is a TLS port
+    /// (`--tls-port P --port 0`), with `files` as certificate, key and CA, and clients
+    /// are not asked for a certificate (`--tls-auth-clients no`; an [`arg`](Self::arg)
+    /// can override it). The testkit itself reaches the server through a Unix socket in
+    /// its directory (`--unixsocket DIR/redis.sock --unixsocketperm 700`), so there is no
+    /// plain-text TCP port at all; [`RedisServer::cli`] goes over TLS.
+    ///
+    /// The server binary must be built with TLS support (`BUILD_TLS=yes`); without it
+    /// [`start`](Self::start) panics and says so.
+    pub fn tls(mut self, files: &TlsFiles) -> Self {
+        self.tls = Some(files.clone());
+        self
+    }
+
     /// Starts the server and waits (10 s per attempt, up to 4 attempts on fresh
     /// ports) until it answers `PING` with `PONG`; panics with the server log tail
     /// when it never becomes ready.
@@ -122,7 +155,7 @@ impl RedisServerBuilder {
                 Some(p) => (p, false),
                 None => (sys::pick_server_port(), true),
             };
-            match spawn_ready(port, dir.path(), &args) {
+            match spawn_ready(port, dir.path(), &args, self.tls.as_ref()) {
                 Ok(child) => {
                     return RedisServer {
                         port,
@@ -130,6 +163,7 @@ impl RedisServerBuilder {
                         pid: child.id(),
                         child: Some(child),
                         args,
+                        tls: self.tls,
                         dir,
                     }
                 }
@@ -142,9 +176,10 @@ impl RedisServerBuilder {
             }
         }
         panic!(
-            "redis-server did not become ready after {START_ATTEMPTS} attempts:\n{}\n{}",
+            "redis-server did not become ready after {START_ATTEMPTS} attempts:\n{}\n{}{}",
             failures.join("\n"),
-            log_tails(dir.path())
+            log_tails(dir.path()),
+            tls_hint(self.tls.as_ref())
         );
     }
 }
@@ -155,7 +190,8 @@ impl RedisServerBuilder {
 /// Started as `redis-server --port P --bind 127.0.0.1 --dir DIR --save "" --appendonly
 /// no --daemonize no --logfile DIR/redis.log` plus any builder arguments. `P` is a
 /// random free port in 20000..=55000 for which `P + 10000` (the cluster bus) is free
-/// too.
+/// too. A TLS server ([`RedisServerBuilder::tls`]) gets `--port 0 --tls-port P` and a
+/// Unix socket in its directory instead.
 pub struct RedisServer {
     port: u16,
     /// Whether `port` came from the process-wide reservation table.
@@ -164,6 +200,8 @@ pub struct RedisServer {
     child: Option<Child>,
     /// Arguments after the fixed ones (persistence settings and builder args).
     args: Vec<String>,
+    /// Set for a TLS-only server ([`RedisServerBuilder::tls`]).
+    tls: Option<TlsFiles>,
     dir: TempDir,
 }
 
@@ -175,6 +213,7 @@ impl fmt::Debug for RedisServer {
             .field("running", &self.child.is_some())
             .field("dir", &self.dir.path())
             .field("args", &self.args)
+            .field("tls", &self.tls.is_some())
             .finish()
     }
 }
@@ -191,17 +230,36 @@ impl RedisServer {
         RedisServerBuilder::default()
     }
 
-    /// The TCP port on 127.0.0.1 (stays the same across [`restart`](Self::restart)).
+    /// The TCP port on 127.0.0.1 (stays the same across [`restart`](Self::restart)); a
+    /// TLS port for a server started with [`RedisServerBuilder::tls`].
     pub fn port(&self) -> u16 {
         self.port
     }
 
-    /// `"redis://127.0.0.1:PORT"`.
+    /// `"redis://127.0.0.1:PORT"`, or `"rediss://127.0.0.1:PORT"` for a TLS server.
     pub fn url(&self) -> String {
-        format!("redis://127.0.0.1:{}", self.port)
+        let scheme = if self.tls.is_some() {
+            "rediss"
+        } else {
+            "redis"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.port)
     }
 
-    /// A `redis::Client` for [`url`](Self::url).
+    /// The certificate files of a TLS server ([`RedisServerBuilder::tls`]), `None` for a
+    /// plain one.
+    pub fn tls(&self) -> Option<&TlsFiles> {
+        self.tls.as_ref()
+    }
+
+    /// Where the testkit's own probes connect: the TCP port, or a TLS server's Unix socket.
+    pub(crate) fn probe_addr(&self) -> Addr {
+        probe_addr(self.port, self.dir.path(), self.tls.as_ref())
+    }
+
+    /// A `redis::Client` for [`url`](Self::url). For a TLS server it needs the `redis`
+    /// crate's TLS support and must trust the CA, which this client does not: use
+    /// [`cli`](Self::cli) there.
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).expect("pelican-testkit: invalid redis url")
     }
@@ -253,7 +311,7 @@ impl RedisServer {
         self.kill();
         let mut failures = Vec::new();
         for attempt in 1..=START_ATTEMPTS {
-            match spawn_ready(self.port, self.dir.path(), &self.args) {
+            match spawn_ready(self.port, self.dir.path(), &self.args, self.tls.as_ref()) {
                 Ok(child) => {
                     self.pid = child.id();
                     self.child = Some(child);
@@ -270,12 +328,12 @@ impl RedisServer {
         );
     }
 
-    /// Runs `redis-cli -h 127.0.0.1 -p PORT args...` and returns its stdout trimmed
-    /// (for raw/foreign-client tests). Redis error replies are not failures for
+    /// Runs `redis-cli -h 127.0.0.1 -p PORT args...` (over TLS, trusting the CA, for a
+    /// TLS server) and returns its stdout trimmed (for raw/foreign-client tests). Redis error replies are not failures for
     /// redis-cli: they come back as text (e.g. `"ERR unknown command ..."`). Panics
     /// with stderr when redis-cli fails (e.g. cannot connect).
     pub fn cli(&self, args: &[&str]) -> String {
-        run_cli(self.port, args)
+        run_cli(self.port, self.tls.as_ref(), args)
     }
 }
 
@@ -289,9 +347,52 @@ impl Drop for RedisServer {
     }
 }
 
-/// Spawns `redis-server` on `port` and waits until it is ready. On failure the
-/// child is killed and reaped and the reason returned.
-fn spawn_ready(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String> {
+/// Where the probes of a server on `port` with directory `dir` connect.
+fn probe_addr(port: u16, dir: &Path, tls: Option<&TlsFiles>) -> Addr {
+    match tls {
+        Some(_) => Addr::Unix(dir.join(SOCKET_FILE)),
+        None => Addr::Tcp(port),
+    }
+}
+
+/// The arguments that make a server listen for TLS on `port` (its plain port is 0).
+fn tls_args(port: u16, dir: &Path, tls: &TlsFiles) -> Vec<std::ffi::OsString> {
+    let mut a: Vec<std::ffi::OsString> = Vec::new();
+    a.extend(["--tls-port".into(), port.to_string().into()]);
+    a.extend([
+        "--unixsocket".into(),
+        dir.join(SOCKET_FILE).into_os_string(),
+    ]);
+    a.extend(["--unixsocketperm".into(), "700".into()]);
+    a.extend(["--tls-cert-file".into(), tls.cert.clone().into_os_string()]);
+    a.extend(["--tls-key-file".into(), tls.key.clone().into_os_string()]);
+    a.extend([
+        "--tls-ca-cert-file".into(),
+        tls.ca_cert.clone().into_os_string(),
+    ]);
+    a.extend(["--tls-auth-clients".into(), "no".into()]);
+    a
+}
+
+/// What to add to a failed TLS server's panic message.
+fn tls_hint(tls: Option<&TlsFiles>) -> &'static str {
+    match tls {
+        Some(_) => {
+            "\n(a TLS server was asked for: is this redis-server built with TLS support, \
+             BUILD_TLS=yes? `redis-server --tls-port 1 --port 0` says \"Bad directive\" if not)"
+        }
+        None => "",
+    }
+}
+
+/// Spawns `redis-server` on `port` (a TLS port when `tls` is set) and waits until it is
+/// ready. On failure the child is killed and reaped and the reason returned.
+fn spawn_ready(
+    port: u16,
+    dir: &Path,
+    extra: &[String],
+    tls: Option<&TlsFiles>,
+) -> Result<Child, String> {
     let stdio = OpenOptions::new()
         .create(true)
         .append(true)
@@ -302,8 +403,10 @@ fn spawn_ready(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String>
         .map_err(|e| format!("cannot clone {STDIO_FILE} handle: {e}"))?;
     let binary = server_binary();
     let mut cmd = Command::new(&binary);
+    // A TLS server has no plain-text port.
+    let plain_port = if tls.is_some() { 0 } else { port };
     cmd.arg("--port")
-        .arg(port.to_string())
+        .arg(plain_port.to_string())
         .arg("--bind")
         .arg("127.0.0.1")
         .arg("--dir")
@@ -314,6 +417,7 @@ fn spawn_ready(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String>
         .arg("no")
         .arg("--logfile")
         .arg(dir.join(LOG_FILE))
+        .args(tls.map(|t| tls_args(port, dir, t)).unwrap_or_default())
         .args(extra)
         .current_dir(dir)
         .stdin(Stdio::null())
@@ -324,7 +428,7 @@ fn spawn_ready(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String>
         Err(e) if e.kind() == io::ErrorKind::NotFound => binary_missing(&binary),
         Err(e) => return Err(format!("cannot spawn {binary}: {e}")),
     };
-    match wait_ready(&mut child, port) {
+    match wait_ready(&mut child, &probe_addr(port, dir, tls)) {
         Ok(()) => Ok(child),
         Err(why) => {
             let _ = child.kill();
@@ -337,7 +441,7 @@ fn spawn_ready(port: u16, dir: &Path, extra: &[String]) -> Result<Child, String>
 /// Polls until the server answers `PING` with `PONG` (`-LOADING` and refused
 /// connections mean "not yet") and `INFO server` reports our child's pid (so a
 /// foreign server that won a race for the port is never mistaken for ours).
-fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
+fn wait_ready(child: &mut Child, addr: &Addr) -> Result<(), String> {
     let start = Instant::now();
     loop {
         match child.try_wait() {
@@ -345,11 +449,11 @@ fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
             Ok(None) => {}
             Err(e) => return Err(format!("cannot query the redis-server process: {e}")),
         }
-        let last = match probe(port) {
+        let last = match probe(addr) {
             Ok(pid) if pid == child.id() => return Ok(()),
             Ok(pid) => {
                 return Err(format!(
-                    "port {port} is served by another redis-server (pid {pid}, ours is {})",
+                    "{addr:?} is served by another redis-server (pid {pid}, ours is {})",
                     child.id()
                 ))
             }
@@ -365,8 +469,8 @@ fn wait_ready(child: &mut Child, port: u16) -> Result<(), String> {
 }
 
 /// One readiness probe: `PING` must answer `PONG`; returns the server's pid.
-fn probe(port: u16) -> Result<u32, String> {
-    let mut conn = RespConn::connect(port, PROBE_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
+fn probe(addr: &Addr) -> Result<u32, String> {
+    let mut conn = RespConn::connect(addr, PROBE_TIMEOUT).map_err(|e| format!("connect: {e}"))?;
     match conn.command(&["PING"]).map_err(|e| format!("PING: {e}"))? {
         Reply::Status(s) if s == "PONG" => {}
         other => return Err(format!("PING answered {other:?}")),

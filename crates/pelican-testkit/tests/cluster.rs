@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use pelican_testkit::RedisCluster;
+use pelican_testkit::{RedisCluster, TestCa};
 
 #[test]
 fn three_masters_reach_ok_and_serve_a_hash_tag() {
@@ -62,4 +62,44 @@ fn a_replica_takes_over_from_a_killed_master() {
     // The replica had the write (it was acknowledged before the kill, and replication
     // on loopback is immediate in practice; WAIT makes it certain).
     assert_eq!(cluster.cli(&["GET", "{k}x"]), "1");
+}
+
+#[test]
+fn a_tls_only_cluster_forms_and_names_its_tls_ports() {
+    let ca = TestCa::new();
+    let started = Instant::now();
+    let cluster = RedisCluster::start_tls(3, 0, &[], &ca.files());
+    eprintln!("TLS cluster ready in {:?}", started.elapsed());
+
+    let seeds: Vec<String> = cluster
+        .ports()
+        .iter()
+        .map(|p| format!("127.0.0.1:{p}"))
+        .collect();
+    assert_eq!(
+        cluster.cluster_url(),
+        format!("rediss+cluster://{}", seeds.join(","))
+    );
+    assert_eq!(cluster.tls(), Some(&ca.files()));
+    for node in cluster.nodes() {
+        assert!(node.url().starts_with("rediss://127.0.0.1:"));
+        // No plain-text port: the port is the TLS one.
+        assert_eq!(node.cli(&["CONFIG", "GET", "port"]), "port\n0");
+        assert_eq!(
+            node.cli(&["CONFIG", "GET", "tls-port"]),
+            format!("tls-port\n{}", node.port())
+        );
+        let info = node.cli(&["CLUSTER", "INFO"]);
+        assert!(info.contains("cluster_state:ok"), "{info}");
+        // CLUSTER SLOTS (asked over TLS) names the TLS ports only.
+        let slots = node.cli(&["CLUSTER", "SLOTS"]);
+        for p in cluster.ports() {
+            assert!(slots.contains(&format!("\n{p}\n")), "{p} in {slots}");
+        }
+    }
+    // -c follows MOVED over TLS; master_of reads the topology through the Unix sockets.
+    assert_eq!(cluster.cli(&["SET", "{pelican}:a", "1"]), "OK");
+    assert_eq!(cluster.cli(&["GET", "{pelican}:a"]), "1");
+    let owner = cluster.master_of("{pelican}:a");
+    assert_eq!(cluster.nodes()[owner].cli(&["GET", "{pelican}:a"]), "1");
 }

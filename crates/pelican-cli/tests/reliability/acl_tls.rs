@@ -8,11 +8,15 @@
 //! - over `rediss://`, with a CA made by the `openssl` command at test time and given
 //!   to the workers with `--tls-ca` (env `PELICAN_TLS_CA`) and to the producer with
 //!   `QueueConfig::with_tls_root_ca_pem`.
+//!
+//! On a cluster: a partitioned queue as the same user on every node, over
+//! `redis+cluster://`, and over `rediss+cluster://` on a cluster whose nodes speak TLS
+//! only (`RedisCluster::start_tls`).
 
 use crate::common::*;
 use pelican::{Admin, QueueConfig};
-use pelican_testkit::{free_port, unique_name, RedisServer};
-use std::path::{Path, PathBuf};
+use pelican_testkit::{free_port, unique_name, RedisCluster, RedisServer, TestCa};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -222,109 +226,6 @@ async fn core_scenario_as_a_least_privilege_acl_user() {
     s.emit();
 }
 
-/// A CA and a server certificate for 127.0.0.1 and localhost, made with `openssl` in a
-/// temporary directory (removed on Drop).
-struct TestCa {
-    dir: PathBuf,
-}
-
-impl TestCa {
-    fn new() -> TestCa {
-        let dir = std::env::temp_dir().join(unique_name("pelican-tls"));
-        std::fs::create_dir_all(&dir).unwrap();
-        let ca = TestCa { dir };
-        let ext = ca.path("server.ext");
-        std::fs::write(
-            &ext,
-            "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nbasicConstraints=CA:FALSE\n",
-        )
-        .unwrap();
-        let curve = [
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-        ];
-        ca.openssl(
-            &[
-                &["req", "-x509"][..],
-                &curve,
-                &[
-                    "-keyout",
-                    "ca.key",
-                    "-out",
-                    "ca.crt",
-                    "-days",
-                    "2",
-                    "-subj",
-                    "/CN=pelican test CA",
-                ],
-            ]
-            .concat(),
-        );
-        ca.openssl(
-            &[
-                &["req"][..],
-                &curve,
-                &[
-                    "-keyout",
-                    "server.key",
-                    "-out",
-                    "server.csr",
-                    "-subj",
-                    "/CN=localhost",
-                ],
-            ]
-            .concat(),
-        );
-        ca.openssl(&[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ]);
-        ca
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.join(name)
-    }
-
-    fn openssl(&self, args: &[&str]) {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(&self.dir)
-            .output()
-            .unwrap_or_else(|e| {
-                panic!("the openssl command is needed to make the test CA and was not found: {e}")
-            });
-        assert!(
-            out.status.success(),
-            "openssl {}: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-}
-
-impl Drop for TestCa {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
 fn path_str(p: &Path) -> String {
     p.to_str().expect("UTF-8 path").to_string()
 }
@@ -395,7 +296,7 @@ pub const ACL_RULES_CLUSTER_EXTRA: &str = "+cluster|slots";
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_queue_on_a_cluster_as_a_least_privilege_acl_user() {
     let _one_at_a_time = serial().await;
-    let cluster = pelican_testkit::RedisCluster::start(3);
+    let cluster = RedisCluster::start(3);
     let setuser = format!("ACL SETUSER pelican on >s3cret {ACL_RULES} {ACL_RULES_CLUSTER_EXTRA}");
     let args: Vec<&str> = setuser.split_whitespace().collect();
     for node in cluster.nodes() {
@@ -467,4 +368,163 @@ async fn a_partitioned_queue_on_a_cluster_as_a_least_privilege_acl_user() {
             node.port()
         );
     }
+}
+
+/// Both at once on a cluster: 3 masters that speak TLS only (plain port 0 on every node;
+/// the cluster bus and replication over TLS too, `RedisCluster::start_tls`), the
+/// least-privilege user on every node, and a queue with 3 partitions over
+/// `rediss+cluster://user:password@...`: a consumer and a producer of the library do 50
+/// round trips with dedup on (and 10 duplicates that share their answers),
+/// `pelican stats --json` and the admin's stats work over it, nothing is denied on any
+/// node. Without the CA the connection fails with an error, not a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partitioned_queue_on_a_tls_only_cluster_as_a_least_privilege_acl_user() {
+    const REQUESTS: u64 = 50;
+    let _one_at_a_time = serial().await;
+    let started = Instant::now();
+    let ca = TestCa::new();
+    let cluster = RedisCluster::start_tls(3, 0, &[], &ca.files());
+    let setuser = format!("ACL SETUSER pelican on >s3cret {ACL_RULES} {ACL_RULES_CLUSTER_EXTRA}");
+    let args: Vec<&str> = setuser.split_whitespace().collect();
+    for node in cluster.nodes() {
+        assert_eq!(node.cli(&args), "OK");
+        // TLS only: the node has no plain-text port a client could use, and the port
+        // the URL names is its TLS port.
+        assert_eq!(
+            node.cli(&["CONFIG", "GET", "port"]),
+            "port\n0",
+            "node {} has a plain-text port",
+            node.port()
+        );
+        assert_eq!(
+            node.cli(&["CONFIG", "GET", "tls-port"]),
+            format!("tls-port\n{}", node.port())
+        );
+        assert_eq!(
+            node.cli(&["CONFIG", "GET", "tls-cluster"]),
+            "tls-cluster\nyes"
+        );
+    }
+    let url =
+        cluster
+            .cluster_url()
+            .replacen("rediss+cluster://", "rediss+cluster://pelican:s3cret@", 1);
+    assert!(url.starts_with("rediss+cluster://pelican:s3cret@127.0.0.1:"));
+    let name = unique_name("tls-cluster");
+    let q = QueueConfig::new(url.clone(), name.clone())
+        .with_partitions(3)
+        .with_tls_root_ca_pem(ca.files().ca_pem());
+
+    // Without the CA the handshake fails, with an error and in bounded time.
+    let no_ca = tokio::time::timeout(
+        Duration::from_secs(30),
+        pelican::Producer::<serde_json::Value, serde_json::Value>::connect(
+            QueueConfig::new(url.clone(), name.clone()).with_partitions(3),
+            pelican::ProducerConfig::default(),
+        ),
+    )
+    .await
+    .expect("connecting without the CA must fail, not hang");
+    match no_ca {
+        Ok(_) => panic!("a TLS cluster connection without the CA succeeded"),
+        Err(e) => assert_eq!(e.kind(), pelican::ErrorKind::Redis, "{e}"),
+    }
+
+    let consumer = pelican::Consumer::<serde_json::Value, serde_json::Value>::connect(
+        q.clone(),
+        pelican::ConsumerConfig::default(),
+    )
+    .await
+    .expect("consumer over rediss+cluster:// as the ACL user");
+    let stop = consumer.stopper();
+    let worker = tokio::spawn(consumer.serve(8, |r: serde_json::Value, _| async move {
+        Ok(serde_json::json!({ "echo": r }))
+    }));
+    let p = pelican::Producer::<serde_json::Value, serde_json::Value>::connect(
+        q.clone(),
+        pelican::ProducerConfig::default()
+            .with_dedup(true)
+            .with_request_timeout(Duration::from_secs(30)),
+    )
+    .await
+    .expect("producer over rediss+cluster:// as the ACL user");
+    // 50 distinct requests and 10 duplicates of the first ones, all in flight at once.
+    let calls = (0..REQUESTS).chain(0..10).map(|i| {
+        let p = p.clone();
+        async move {
+            let body = serde_json::json!({ "i": i });
+            let r = p.call(&body).await;
+            (body, r)
+        }
+    });
+    for (body, r) in futures_util::future::join_all(calls).await {
+        let r = r.unwrap_or_else(|e| panic!("{body} not answered: {e}"));
+        assert_eq!(r["echo"], body);
+    }
+
+    let admin = Admin::connect(q.clone())
+        .await
+        .expect("admin over rediss+cluster:// as the ACL user");
+    let st = admin.stats().await.expect("stats as the ACL user");
+    assert_eq!(st.partitions.len(), 3);
+    assert_eq!(
+        st.entries_added, REQUESTS,
+        "dedup: one entry per distinct request"
+    );
+    assert!(
+        st.partitions.iter().all(|p| p.entries_added > 0),
+        "every partition got requests: {:?}",
+        st.partitions
+            .iter()
+            .map(|p| p.entries_added)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(st.dead_letters, 0);
+
+    // The operator's command, with the CA from PELICAN_TLS_CA.
+    let out = Command::new(BIN)
+        .env_remove("REDIS_URL")
+        .env_remove("PELICAN_QUEUE")
+        .env("PELICAN_TLS_CA", path_str(&ca.files().ca_cert))
+        .args([
+            "--redis",
+            &url,
+            "--queue",
+            &name,
+            "--partitions",
+            "3",
+            "--json",
+        ])
+        .arg("stats")
+        .output()
+        .expect("run pelican");
+    assert!(
+        out.status.success(),
+        "pelican stats over rediss+cluster://: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stats: serde_json::Value = serde_json::from_slice(&out.stdout).expect("stats JSON");
+    assert_eq!(stats["entries_added"], REQUESTS, "{stats}");
+    assert_eq!(
+        stats["partitions"].as_array().map(Vec::len),
+        Some(3),
+        "{stats}"
+    );
+
+    stop.stop();
+    worker.await.unwrap().expect("worker stops cleanly");
+    p.shutdown().await.expect("producer shutdown");
+    for node in cluster.nodes() {
+        let log = node.cli(&["ACL", "LOG"]);
+        assert!(
+            log.is_empty(),
+            "ACL LOG of node {} is not empty:\n{log}",
+            node.port()
+        );
+    }
+    eprintln!(
+        "TLS-only cluster, P = 3, {} round trips: {:?}",
+        REQUESTS + 10,
+        started.elapsed()
+    );
 }
