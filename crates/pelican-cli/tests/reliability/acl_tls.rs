@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 /// README.md ("Running with least privilege") shows the same line.
 pub const ACL_RULES: &str = "resetkeys ~pelican:* resetchannels -@all \
     +ping +evalsha +script|load \
-    +get +set +getdel +append +del +exists +mget +pexpire +pttl +scan \
+    +get +set +getdel +append +del +exists +mget +rename +strlen +getrange +pexpire +pttl +scan \
     +xadd +xack +xdel +xclaim +xpending +xrange +xlen +xtrim +xinfo +xgroup +xread +xreadgroup";
 
 const N: u64 = 2_000;
@@ -448,11 +448,17 @@ async fn a_partitioned_queue_on_a_tls_only_cluster_as_a_least_privilege_acl_user
     )
     .await
     .expect("producer over rediss+cluster:// as the ACL user");
-    // 50 distinct requests and 10 duplicates of the first ones, all in flight at once.
+    // 50 distinct requests and 10 duplicates of the first ones, all in flight at once;
+    // every fifth one is large enough to be stored beside the stream (MGET, RENAME).
     let calls = (0..REQUESTS).chain(0..10).map(|i| {
         let p = p.clone();
         async move {
-            let body = serde_json::json!({ "i": i });
+            let pad = if i % 5 == 0 {
+                "x".repeat(20_000)
+            } else {
+                String::new()
+            };
+            let body = serde_json::json!({ "i": i, "pad": pad });
             let r = p.call(&body).await;
             (body, r)
         }

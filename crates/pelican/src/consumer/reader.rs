@@ -19,6 +19,10 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit};
 
 /// Most entries read in one call.
 const MAX_BATCH: usize = 256;
+/// Most bytes of entries (bodies included) one read asks for, going by the size of the
+/// entries read last: a worker with megabyte bodies reads a few at a time and starts on
+/// them, rather than waiting for hundreds of megabytes in one reply.
+const MAX_READ_BYTES: usize = 4 << 20;
 
 /// Reads new entries (and reclaims idle ones when due) into the delivery channel,
 /// never holding more than `prefetch` deliveries.
@@ -36,6 +40,8 @@ pub(super) async fn run<Req, Resp, C>(
     let mut backoff = Backoff::new();
     let mut next_reclaim = Instant::now();
     let mut cursor = "-".to_string();
+    // Mean size of the entries of the last read (bytes), for the next read's COUNT.
+    let mut entry_bytes = 0usize;
     loop {
         let first = tokio::select! {
             p = inner.slots.clone().acquire_owned() => p.expect("never closed"),
@@ -125,7 +131,11 @@ pub(super) async fn run<Req, Resp, C>(
             .arg(&sh.keys.group)
             .arg(&inner.name)
             .arg("COUNT")
-            .arg(permits.len())
+            .arg(
+                permits
+                    .len()
+                    .min((MAX_READ_BYTES / entry_bytes.max(1)).max(1)),
+            )
             .arg("BLOCK")
             .arg(ms(block))
             .arg("STREAMS")
@@ -150,6 +160,10 @@ pub(super) async fn run<Req, Resp, C>(
                             continue;
                         }
                     }
+                }
+                if !entries.is_empty() {
+                    let total: usize = entries.iter().map(RawEntry::size).sum();
+                    entry_bytes = total / entries.len();
                 }
                 if entries.is_empty() && cfg.reclaim {
                     // Idle for a whole block: look for released work now. A retry, a

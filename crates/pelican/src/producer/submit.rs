@@ -18,6 +18,10 @@ pub(super) const MAX_BATCH: usize = 256;
 /// through the submit script (dedup on; see `submit_indexed`). Below it, the script's
 /// cost for the body's bytes is less than the extra commands a stored body takes.
 pub(crate) const STORED_BODY_MIN: usize = 4096;
+/// A call takes no more requests once their bodies reach this many bytes (one large
+/// body still goes alone): megabyte bodies travel in several calls that overlap, not in
+/// one call of hundreds of megabytes that Redis and the consumers must take whole.
+pub(crate) const MAX_BATCH_BYTES: usize = 4 << 20;
 /// Most script calls of one producer on the wire at once.
 const MAX_BATCHES_IN_FLIGHT: usize = 4;
 
@@ -27,7 +31,8 @@ const MAX_BATCHES_IN_FLIGHT: usize = 4;
 pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<SubmitJob>) {
     let limit = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
     let mut calls = JoinSet::new();
-    let mut batch = Vec::new();
+    // A job taken from the channel that did not fit the last batch: the next one's first.
+    let mut carry: Option<SubmitJob> = None;
     loop {
         // A free call slot first: while all are busy, submissions queue up in the
         // channel and go out together in the next call. Finished calls are reaped
@@ -39,17 +44,34 @@ pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver
                 continue;
             }
         };
-        let n = tokio::select! {
-            n = rx.recv_many(&mut batch, MAX_BATCH) => n,
-            Some(done) = calls.join_next() => {
-                reap(done);
-                continue;
-            }
+        let first = match carry.take() {
+            Some(j) => j,
+            None => tokio::select! {
+                j = rx.recv() => match j {
+                    Some(j) => j,
+                    None => break,
+                },
+                Some(done) = calls.join_next() => {
+                    reap(done);
+                    continue;
+                }
+            },
         };
-        if n == 0 {
-            break;
+        let mut bytes = first.body.len();
+        let mut jobs = vec![first];
+        while jobs.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(j) if bytes + j.body.len() > MAX_BATCH_BYTES => {
+                    carry = Some(j);
+                    break;
+                }
+                Ok(j) => {
+                    bytes += j.body.len();
+                    jobs.push(j);
+                }
+                Err(_) => break,
+            }
         }
-        let jobs = std::mem::take(&mut batch);
         let inner = inner.clone();
         calls.spawn(async move {
             submit_batch(&inner, jobs).await;

@@ -17,6 +17,11 @@ impl RawEntry {
             .map(|(_, v)| v.as_slice())
     }
 
+    /// Bytes of its field names and values.
+    pub(crate) fn size(&self) -> usize {
+        self.fields.iter().map(|(k, v)| k.len() + v.len()).sum()
+    }
+
     pub(crate) fn get_str(&self, name: &str) -> Option<&str> {
         self.get(name).and_then(|v| std::str::from_utf8(v).ok())
     }

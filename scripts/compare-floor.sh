@@ -1,0 +1,171 @@
+#!/usr/bin/env bash
+# pelican against the Redis floor for large bodies, on this machine.
+#
+#   scripts/compare-floor.sh [N] [SIZE...]   # N rounds (default 3); sizes in bytes
+#                                            # (default 64 10000 100000 1000000 4000000)
+#
+# The floor is what Redis itself does with a body of that size: one SET and one GET
+# (redis-benchmark -d SIZE; 8 clients for the rate, 1 client for the latency). A request
+# through pelican moves its body into Redis once and out once, so
+#   floor rate    = 1 / (1 / SET rate + 1 / GET rate)
+#   floor latency = SET p50 + GET p50
+# Each round runs, for each size and in this order, each after the machine is quiet:
+#   the floor; pelican bench --payload-bytes SIZE with dedup on, then off, for each codec
+#   in $CODECS (default "raw json").
+# Every run's figures go to stdout as they come (one JSON line each); at the end a
+# table per size: medians, and the ratios pelican/floor (rate) and pelican/floor (p50).
+#
+# Env knobs:
+#   PELICAN_BIN=<path>   a pelican binary to measure instead of building this tree's
+#   CODECS="raw json"    the bench's --codec values to run
+#   QUIET=0              do not wait for quiet (../shared/peers/quiet.sh)
+#   RUN_TIMEOUT=600      seconds one run may take
+# Starts its own redis-server (no persistence) on a free loopback port and stops it at
+# the end. Needs redis-server, redis-benchmark, python3.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+N="${1:-3}"
+shift || true
+SIZES=("$@")
+[ ${#SIZES[@]} -gt 0 ] || SIZES=(64 10000 100000 1000000 4000000)
+CODECS="${CODECS:-raw json}"
+RUN_TIMEOUT="${RUN_TIMEOUT:-600}"
+PEERS="${PEERS:-$ROOT/../shared/peers}"
+
+die() { echo "compare-floor.sh: $*" >&2; exit 1; }
+say() { echo "compare-floor.sh: $*" >&2; }
+
+[[ "$N" =~ ^[1-9][0-9]*$ ]] || die "usage: $0 [N] [SIZE...]  (N: rounds, a positive number)"
+for s in "${SIZES[@]}"; do
+  [[ "$s" =~ ^[1-9][0-9]*$ ]] || die "a size is a positive number of bytes, not '$s'"
+done
+for c in redis-server redis-benchmark python3; do
+  command -v "$c" >/dev/null || die "$c not found"
+done
+
+if [ -n "${PELICAN_BIN:-}" ]; then
+  [ -x "$PELICAN_BIN" ] || die "PELICAN_BIN=$PELICAN_BIN is not an executable"
+  PELICAN="$PELICAN_BIN"
+else
+  say "building the release binary (cargo build --release -p pelican-cli)"
+  cargo build --release -p pelican-cli >&2 || die "cargo build failed"
+  PELICAN="$ROOT/target/release/pelican"
+fi
+
+OUT="$(mktemp -d -t compare-floor.XXXXXX)"
+PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+  --daemonize yes --pidfile "$OUT/redis.pid" --logfile "$OUT/redis.log" >/dev/null
+cleanup() {
+  redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+  rm -rf "$OUT"
+}
+trap cleanup EXIT
+for _ in $(seq 50); do
+  redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+redis-cli -p "$PORT" ping >/dev/null || die "redis-server on port $PORT did not start"
+say "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on port $PORT; sizes ${SIZES[*]}; $N rounds"
+
+quiet() {
+  [ "${QUIET:-1}" = "0" ] && return 0
+  if [ -x "$PEERS/quiet.sh" ]; then
+    "$PEERS/quiet.sh" || say "the machine did not get quiet; measuring anyway"
+  fi
+}
+
+# Request counts by size: a few seconds per run, enough requests for a p99.
+counts() {
+  python3 - "$1" <<'EOF'
+import sys
+s = int(sys.argv[1])
+clamp = lambda v, lo, hi: max(lo, min(hi, v))
+req = clamp(400_000_000 // s, 300, 20_000)
+lat = clamp(200_000_000 // s, 100, 2_000)
+inflight = clamp(200_000_000 // s, 16, 1_000)
+print(req, lat, inflight)
+EOF
+}
+
+# One floor run: SET and GET rates with 8 clients, p50s with 1 client.
+floor() {
+  local size="$1" n rate_n lat_n
+  read -r rate_n lat_n _ < <(counts "$size")
+  n="$rate_n"
+  local rate lat
+  rate="$(redis-benchmark -p "$PORT" -t set,get -d "$size" -n "$n" -c 8 -r 1000 --csv 2>/dev/null)"
+  lat="$(redis-benchmark -p "$PORT" -t set,get -d "$size" -n "$lat_n" -c 1 -r 1000 --csv 2>/dev/null)"
+  redis-cli -p "$PORT" flushall >/dev/null
+  python3 - "$size" "$rate" "$lat" <<'EOF'
+import csv, io, json, sys
+size, rate, lat = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+def rows(text):
+    return {r["test"]: r for r in csv.DictReader(io.StringIO(text))}
+r, l = rows(rate), rows(lat)
+set_rps, get_rps = float(r["SET"]["rps"]), float(r["GET"]["rps"])
+set_p50, get_p50 = float(l["SET"]["p50_latency_ms"]), float(l["GET"]["p50_latency_ms"])
+print(json.dumps({"system": "floor", "size": size, "set_rps": set_rps, "get_rps": get_rps,
+    "rate": round(1 / (1 / set_rps + 1 / get_rps), 1), "set_p50_ms": set_p50,
+    "get_p50_ms": get_p50, "p50_ms": round(set_p50 + get_p50, 3)}))
+EOF
+}
+
+run_pelican() {
+  local size="$1" codec="$2" dedup="$3" req lat inflight
+  read -r req lat inflight < <(counts "$size")
+  local extra=()
+  [ "$dedup" = "off" ] && extra+=(--no-dedup)
+  timeout "$RUN_TIMEOUT" "$PELICAN" --redis "redis://127.0.0.1:$PORT" bench --json \
+    --payload-bytes "$size" --codec "$codec" --requests "$req" --inflight "$inflight" \
+    --latency-requests "$lat" --warmup "$(( req / 10 < 100 ? req / 10 : 100 ))" \
+    "${extra[@]}" 2>"$OUT/bench.err" \
+    | python3 -c '
+import json, sys
+r = json.loads(sys.stdin.read())
+print(json.dumps({"system": "pelican", "size": r["payload_bytes"], "codec": r["codec"],
+  "dedup": r["dedup"], "rate": r["throughput_rps"], "p50_ms": r["lat_p50_ms"],
+  "p99_ms": r["lat_p99_ms"], "redis_cpu_us_per_req": r["redis_cpu_us_per_req"],
+  "rss_kb_end": r["rss_kb_end"], "other_cpu_pct": r["tp_cpu_pct"]["other"]}))' \
+    || { cat "$OUT/bench.err" >&2; die "pelican bench failed (size $size, $codec, dedup $dedup)"; }
+}
+
+for round in $(seq "$N"); do
+  for size in "${SIZES[@]}"; do
+    say "round $round/$N, $size bytes: floor"
+    quiet
+    floor "$size" | tee -a "$OUT/runs"
+    for codec in $CODECS; do
+      for dedup in on off; do
+        say "round $round/$N, $size bytes: pelican $codec, dedup $dedup"
+        quiet
+        run_pelican "$size" "$codec" "$dedup" | tee -a "$OUT/runs"
+      done
+    done
+  done
+done
+
+python3 - "$OUT/runs" <<'EOF'
+import json, statistics, sys
+runs = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+med = statistics.median
+sizes = sorted({r["size"] for r in runs})
+print()
+print("| size | what | runs | rate req/s | x floor | p50 ms | x floor | p99 ms | Redis CPU us/req |")
+print("|---|---|---|---|---|---|---|---|---|")
+for s in sizes:
+    fl = [r for r in runs if r["system"] == "floor" and r["size"] == s]
+    frate, fp50 = med(r["rate"] for r in fl), med(r["p50_ms"] for r in fl)
+    print(f"| {s} | Redis floor (SET+GET) | {len(fl)} | {frate:,.0f} | 1 | {fp50:.3f} | 1 | | |")
+    keys = sorted({(r["codec"], r["dedup"]) for r in runs if r["system"] == "pelican" and r["size"] == s},
+                  key=lambda k: (k[0], not k[1]))
+    for codec, dedup in keys:
+        ps = [r for r in runs if r["system"] == "pelican" and r["size"] == s
+              and r["codec"] == codec and r["dedup"] == dedup]
+        rate, p50 = med(r["rate"] for r in ps), med(r["p50_ms"] for r in ps)
+        p99, cpu = med(r["p99_ms"] for r in ps), med(r["redis_cpu_us_per_req"] for r in ps)
+        print(f"| {s} | pelican {codec}, dedup {'on' if dedup else 'off'} | {len(ps)} | {rate:,.0f} | "
+              f"{rate / frate:.2f} | {p50:.3f} | {p50 / fp50:.2f} | {p99:.3f} | {cpu:,.1f} |")
+EOF
