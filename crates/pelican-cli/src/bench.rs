@@ -326,6 +326,7 @@ impl Phases<'_> {
         let cpu = window.stop();
         let after = servers.counters().await?;
         let rss_end = self.rss();
+        let rss_peak = self.memory(sys::peak_rss_kb);
         self.diagnose("throughput", &tp);
         if self.json {
             eprintln!("throughput CPU (% of one core): {}", cpu.line());
@@ -368,6 +369,7 @@ impl Phases<'_> {
             cpu,
             rss_start,
             rss_end,
+            rss_peak,
             ..Report::default()
         })
     }
@@ -382,9 +384,14 @@ impl Phases<'_> {
 
     /// Resident memory per role (the workers summed up).
     fn rss(&self) -> Vec<(&'static str, Option<u64>)> {
+        self.memory(sys::rss_kb)
+    }
+
+    /// A memory figure (kB, by pid) per role, the workers summed up.
+    fn memory(&self, of: fn(u32) -> Option<u64>) -> Vec<(&'static str, Option<u64>)> {
         let mut out: Vec<(&'static str, Option<u64>)> = Vec::new();
         for w in self.watched.iter().filter(|w| w.role != "redis") {
-            let kb = w.pid.and_then(sys::rss_kb);
+            let kb = w.pid.and_then(of);
             match out.iter_mut().find(|(r, _)| *r == w.role) {
                 Some((_, sum)) => *sum = sum.zip(kb).map(|(a, b)| a + b),
                 None => out.push((w.role, kb)),

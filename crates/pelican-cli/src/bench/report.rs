@@ -44,6 +44,8 @@ pub struct Report {
     pub rss_start: Vec<(&'static str, Option<u64>)>,
     /// Resident memory (kB) per role after the throughput phase.
     pub rss_end: Vec<(&'static str, Option<u64>)>,
+    /// Peak resident memory (VmHWM) per role at the end of the throughput phase, kB.
+    pub rss_peak: Vec<(&'static str, Option<u64>)>,
     /// Answers received and checked (all phases).
     pub checked: u64,
     /// Keys of the queue deleted at the end.
@@ -158,6 +160,7 @@ impl Report {
             ("tp_cpu_pct".to_string(), object(cpu)),
             ("rss_kb_start".to_string(), rss(&self.rss_start)),
             ("rss_kb_end".to_string(), rss(&self.rss_end)),
+            ("rss_kb_peak".to_string(), rss(&self.rss_peak)),
             ("queue".to_string(), json!(self.queue).to_string()),
             (
                 "keys_deleted".to_string(),
@@ -353,6 +356,7 @@ mod tests {
             },
             rss_start: vec![("producer", Some(1000)), ("worker", None)],
             rss_end: vec![("producer", Some(1100)), ("worker", None)],
+            rss_peak: vec![("producer", Some(1200)), ("worker", None)],
             ..Report::default()
         }
     }

@@ -52,10 +52,19 @@ fn process_ticks(pid: u32) -> Option<u64> {
 
 /// Resident memory of a process in kB (VmRSS of /proc/<pid>/status).
 pub fn rss_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "VmRSS:")
+}
+
+/// The most resident memory a process has had in kB (VmHWM of /proc/<pid>/status).
+pub fn peak_rss_kb(pid: u32) -> Option<u64> {
+    status_kb(pid, "VmHWM:")
+}
+
+fn status_kb(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .find_map(|l| l.strip_prefix(field))?
         .trim()
         .trim_end_matches("kB")
         .trim()
@@ -157,6 +166,7 @@ mod tests {
     fn this_process_is_visible() {
         let me = std::process::id();
         assert!(rss_kb(me).unwrap() > 0);
+        assert!(peak_rss_kb(me).unwrap() >= rss_kb(me).unwrap());
         assert!(process_ticks(me).is_some());
         assert!(machine_busy_ticks().is_some());
         let w = CpuWindow::start(&[

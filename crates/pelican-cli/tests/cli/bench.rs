@@ -153,3 +153,48 @@ fn bench_refuses_remote_and_missing_servers() {
     assert!(out.stderr.contains("cannot reach Redis"), "{out:?}");
     assert!(out.stdout.is_empty(), "{out:?}");
 }
+
+/// 16 MiB bodies end to end (the queue's limit raised by the bench to fit), raw and
+/// JSON: every answer checked, and the producer's and the worker's peak memory stays a
+/// small multiple of the bodies in flight (4 x 16 MiB), far from one copy per request.
+#[test]
+fn sixteen_mib_bodies_keep_memory_bounded() {
+    let server = RedisServer::start();
+    const MIB: u64 = 1 << 20;
+    for codec in ["raw", "json"] {
+        let out = bench(
+            &server,
+            &[
+                "--json",
+                "--codec",
+                codec,
+                "--payload-bytes",
+                "16777216",
+                "--requests",
+                "24",
+                "--inflight",
+                "4",
+                "--concurrency",
+                "2",
+                "--prefetch",
+                "4",
+                "--warmup",
+                "4",
+                "--latency-requests",
+                "2",
+            ],
+        );
+        assert_eq!(out.code, 0, "{out:?}");
+        let v = out.json();
+        assert_eq!(v["answers_checked"], 24 + 4 + 2, "{v}");
+        assert_eq!(v["codec"], codec, "{v}");
+        let in_flight_kb = 4 * 16 * MIB / 1024;
+        for role in ["producer", "worker"] {
+            let peak = v["rss_kb_peak"][role].as_u64().expect("peak rss");
+            assert!(
+                peak < 6 * in_flight_kb,
+                "{codec}: {role} peaked at {peak} kB, bodies in flight {in_flight_kb} kB: {v}"
+            );
+        }
+    }
+}

@@ -4,6 +4,7 @@
 //! - `cluster`: queues over a Redis Cluster.
 //! - `matrix`: the seed system's scenario matrix, one scenario run in many modes.
 //! - `invariants`: one test (or a few) per invariant of DESIGN.md.
+//! - `large`: large and raw bodies, stored beside the stream, up to 16 MiB.
 //! - `lease`: invariant 5, leases kept and lost.
 //! - `garbage`: invariant 7, entries written by broken or foreign clients.
 //! - `foreign`: invariant 7, queue keys a foreign client wrote (another type, junk).
@@ -22,6 +23,7 @@ mod faults;
 mod foreign;
 mod garbage;
 mod invariants;
+mod large;
 mod lease;
 mod matrix;
 mod nitro;

@@ -1,0 +1,222 @@
+//! Large bodies: raw bytes (`pelican::Raw`), bodies stored beside the stream (dedup on,
+//! 4 KiB or more: docs/PROTOCOL.md, "Stored bodies"), up to 16 MiB when
+//! `max_body_bytes` allows it; nothing of a body is left in Redis once it is answered.
+
+use crate::common::*;
+use pelican::{Bytes, Consumer, ErrorKind, Producer, Raw};
+use pelican_testkit::RedisServer;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+const MIB: usize = 1 << 20;
+
+/// `n` bytes that differ from one body to the next and along the body.
+fn body(n: usize, seed: u8) -> Bytes {
+    (0..n)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect::<Vec<u8>>()
+        .into()
+}
+
+/// The queue's stored bodies still in Redis.
+fn stored_bodies(server: &RedisServer, q: &pelican::QueueConfig) -> Vec<String> {
+    keys_of(server, q)
+        .into_iter()
+        .filter(|k| k.contains(":body:"))
+        .collect()
+}
+
+/// Bodies from 100 bytes to 16 MiB, with dedup on (stored beside the stream from 4 KiB)
+/// and off (in the entry), echoed back byte for byte: requests and responses of that
+/// size both work, and no stored body outlives its request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_bodies_up_to_16_mib_round_trip_and_leave_no_body_behind() {
+    let server = RedisServer::start();
+    for dedup in [true, false] {
+        let q = queue(&server, "large").with_max_body_bytes(17 * MIB);
+        let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
+            .await
+            .unwrap();
+        let stop = consumer.stopper();
+        let w = tokio::spawn(consumer.serve(4, |b: Bytes, _| async move { Ok(b) }));
+        let p =
+            Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer().with_dedup(dedup))
+                .await
+                .unwrap();
+        let sizes = [100, 4095, 4096, 100_000, MIB, 16 * MIB];
+        let calls = sizes.iter().enumerate().map(|(i, &n)| {
+            let p = p.clone();
+            async move {
+                let b = body(n, i as u8);
+                let r = p.call(&b).await;
+                (b, r)
+            }
+        });
+        for (sent, got) in futures_util::future::join_all(calls).await {
+            let got = got.unwrap_or_else(|e| panic!("{} bytes, dedup {dedup}: {e}", sent.len()));
+            assert!(got == sent, "{} bytes came back changed", sent.len());
+        }
+        assert_eq!(
+            stored_bodies(&server, &q),
+            Vec::<String>::new(),
+            "dedup {dedup}: answered requests keep no body"
+        );
+        stop.stop();
+        w.await.unwrap().unwrap();
+        p.shutdown().await.unwrap();
+    }
+}
+
+/// The default limit (4 MiB) still holds: a larger body is refused at the producer with
+/// a clear error and nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_default_limit_is_refused_before_anything_is_written() {
+    let server = RedisServer::start();
+    let q = queue(&server, "toolarge");
+    let p = Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    let Err(e) = p.submit(&body(5 * MIB, 1)).await else {
+        panic!("a 5 MiB body was accepted")
+    };
+    assert!(e.message().contains("max_body_bytes"), "{e}");
+    assert_eq!(stored_bodies(&server, &q), Vec::<String>::new());
+}
+
+/// Identical large requests from two producers are solved once; a consumer that took the
+/// request and died leaves it to another, which reads the stored body through reclaim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_body_is_solved_once_and_survives_its_consumer() {
+    let server = RedisServer::start();
+    let q = queue(&server, "large-dedup");
+    let p1 = Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    let p2 = Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    let b = body(2 * MIB, 7);
+    let t1 = p1.submit(&b).await.unwrap();
+    let t2 = p2.submit(&b).await.unwrap();
+    assert_eq!(t2.submitted(), pelican::Submitted::Joined);
+    assert_eq!(stored_bodies(&server, &q).len(), 1, "one body for both");
+
+    // a consumer takes it and dies without a word
+    let mut dying = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
+        .await
+        .unwrap();
+    let d = dying.next().await.unwrap().expect("a delivery");
+    assert!(*d.request() == b, "delivered with its stored body");
+    std::mem::forget(d);
+    drop(dying);
+
+    let runs = Arc::new(AtomicU64::new(0));
+    let r = runs.clone();
+    let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
+        .await
+        .unwrap();
+    let stop = consumer.stopper();
+    let w = tokio::spawn(consumer.serve(2, move |b: Bytes, _| {
+        let runs = r.clone();
+        async move {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Ok(Bytes::from(b.len().to_string()))
+        }
+    }));
+    let (a, c) = tokio::join!(t1, t2);
+    assert_eq!(&a.unwrap()[..], b"2097152");
+    assert_eq!(&c.unwrap()[..], b"2097152");
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        1,
+        "solved once, by the second consumer"
+    );
+    assert_eq!(stored_bodies(&server, &q), Vec::<String>::new());
+    stop.stop();
+    w.await.unwrap().unwrap();
+}
+
+/// A stored body goes with its request to the dead letters (listed with its size and first
+/// bytes) and back to the queue on requeue; a purge deletes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stored_body_goes_to_the_dead_letters_and_back() {
+    let server = RedisServer::start();
+    let q = queue(&server, "large-dead");
+    let p = Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    let b = Bytes::from(vec![b'z'; 50_000]);
+    let t = p.submit(&b).await.unwrap();
+    // one delivery allowed: the consumer that took it dies, the next one buries it
+    let one = || fast_consumer().with_max_deliveries(1);
+    let mut dying = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), one())
+        .await
+        .unwrap();
+    std::mem::forget(dying.next().await.unwrap().expect("a delivery"));
+    drop(dying);
+    let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), one())
+        .await
+        .unwrap();
+    let stop = consumer.stopper();
+    let w = tokio::spawn(consumer.serve(1, |b: Bytes, _| async move { Ok(b) }));
+    let e = t.await.unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Dead, "{e}");
+    stop.stop();
+    w.await.unwrap().unwrap();
+
+    let admin = pelican::Admin::connect(q.clone()).await.unwrap();
+    let dead = admin.dead_letters(10).await.unwrap();
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    assert_eq!(dead[0].body_len, 50_000);
+    assert!(
+        dead[0].body_preview.starts_with("zzzz"),
+        "{:?}",
+        dead[0].body_preview
+    );
+    assert_eq!(stored_bodies(&server, &q).len(), 1, "kept with its letter");
+
+    let requeued = admin
+        .requeue(&[dead[0].id.clone()], std::time::Duration::from_secs(30))
+        .await
+        .unwrap();
+    assert!(requeued[0].1.is_some(), "{requeued:?}");
+    let mut consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), one())
+        .await
+        .unwrap();
+    let d = consumer
+        .next()
+        .await
+        .unwrap()
+        .expect("the requeued request");
+    assert!(*d.request() == b, "requeued with its body");
+    assert!(d.respond(&Bytes::from_static(b"ok")).await.unwrap());
+    assert_eq!(
+        stored_bodies(&server, &q),
+        Vec::<String>::new(),
+        "answered: gone"
+    );
+    consumer.shutdown().await.unwrap();
+
+    // and a purge takes a dead letter's body with it
+    let t = p.submit(&Bytes::from(vec![b'y'; 60_000])).await.unwrap();
+    let mut dying = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), one())
+        .await
+        .unwrap();
+    std::mem::forget(dying.next().await.unwrap().expect("a delivery"));
+    drop(dying);
+    let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), one())
+        .await
+        .unwrap();
+    let stop = consumer.stopper();
+    let w = tokio::spawn(consumer.serve(1, |b: Bytes, _| async move { Ok(b) }));
+    assert_eq!(t.await.unwrap_err().kind(), ErrorKind::Dead);
+    stop.stop();
+    w.await.unwrap().unwrap();
+    assert_eq!(stored_bodies(&server, &q).len(), 1);
+    assert_eq!(admin.purge_dead().await.unwrap(), 1);
+    assert_eq!(
+        stored_bodies(&server, &q),
+        Vec::<String>::new(),
+        "purged with its letter"
+    );
+}
