@@ -166,10 +166,7 @@ impl Bench<'_> {
             "--prefetch".into(),
             args.prefetch().to_string(),
             "--codec".into(),
-            match args.codec {
-                BenchCodec::Json => "json".into(),
-                BenchCodec::Raw => "raw".into(),
-            },
+            args.codec.name().into(),
         ]);
         let workers = self
             .workers
@@ -184,6 +181,11 @@ impl Bench<'_> {
                     .map_err(|e| g.error(&e))?,
             ),
             BenchCodec::Raw => BenchProducer::Raw(
+                Producer::connect(self.queue.clone(), config)
+                    .await
+                    .map_err(|e| g.error(&e))?,
+            ),
+            BenchCodec::Postcard => BenchProducer::Postcard(
                 Producer::connect(self.queue.clone(), config)
                     .await
                     .map_err(|e| g.error(&e))?,
@@ -349,10 +351,7 @@ impl Phases<'_> {
             concurrency: args.concurrency,
             prefetch: args.prefetch(),
             payload_bytes: args.payload_bytes,
-            codec: match args.codec {
-                BenchCodec::Json => "json",
-                BenchCodec::Raw => "raw",
-            },
+            codec: args.codec.name(),
             tp,
             lat,
             server: ServerDelta::sum(&deltas),

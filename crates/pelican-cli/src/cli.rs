@@ -333,8 +333,9 @@ pub struct BenchArgs {
     /// by default) the queue's limit is raised to fit, for this run.
     #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=67_108_864))]
     pub payload_bytes: u64,
-    /// How bodies are encoded: json (the default codec) or raw (`pelican::Raw`, bytes as
-    /// they are: the payload is the request's index as 8 bytes, then the x's).
+    /// How bodies are encoded: json (the default codec), postcard (the same structs in
+    /// postcard's binary format) or raw (`pelican::Raw`, bytes as they are: the payload
+    /// is the request's index as 8 bytes, then the x's).
     #[arg(long, value_enum, default_value_t = BenchCodec::Json)]
     pub codec: BenchCodec,
     /// Switch dedup off: every submission is its own request (fewer Redis commands).
@@ -464,4 +465,17 @@ pub enum BenchCodec {
     /// Raw bytes (`pelican::Raw`): N as 8 bytes (little-endian) then the x's, answered
     /// with the same 8 bytes and a 1.
     Raw,
+    /// The JSON workload's structs in postcard's binary format (`pelican::Postcard`).
+    Postcard,
+}
+
+impl BenchCodec {
+    /// Its name on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            BenchCodec::Json => "json",
+            BenchCodec::Raw => "raw",
+            BenchCodec::Postcard => "postcard",
+        }
+    }
 }

@@ -98,6 +98,8 @@ mod trace;
 
 pub use admin::Admin;
 pub use bytes::Bytes;
+#[cfg(feature = "postcard")]
+pub use codec::Postcard;
 pub use codec::{Codec, CodecError, Json, Raw};
 pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};

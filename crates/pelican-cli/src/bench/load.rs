@@ -4,7 +4,7 @@
 
 use super::histogram::Histogram;
 use indicatif::ProgressBar;
-use pelican::{Bytes, Producer, Raw, Result as PelicanResult};
+use pelican::{Bytes, Postcard, Producer, Raw, Result as PelicanResult};
 use serde::{Deserialize, Serialize};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -41,6 +41,8 @@ pub enum BenchProducer {
     Json(Producer<BenchRequest, BenchResponse>),
     /// `--codec raw`.
     Raw(Producer<Bytes, Bytes, Raw>),
+    /// `--codec postcard`.
+    Postcard(Producer<BenchRequest, BenchResponse, Postcard>),
 }
 
 impl BenchProducer {
@@ -49,6 +51,7 @@ impl BenchProducer {
         match self {
             BenchProducer::Json(p) => p.shutdown().await,
             BenchProducer::Raw(p) => p.shutdown().await,
+            BenchProducer::Postcard(p) => p.shutdown().await,
         }
     }
 }
@@ -174,21 +177,27 @@ impl Load {
     /// Submits request `i` and awaits its answer: whether it was right (or why not), and
     /// the time from submission to answer (building the request is not timed).
     async fn call(&self, i: u64) -> (Result<(), String>, Duration) {
+        let structs = |r: PelicanResult<BenchResponse>| match r {
+            Ok(r) if r.i == i && r.ok => Ok(()),
+            Ok(r) => Err(format!("wrong answer {r:?}")),
+            Err(e) => Err(format!("failed: {e:#}")),
+        };
+        let req = || BenchRequest {
+            i,
+            data: self.data.clone(),
+        };
         match &self.producer {
             BenchProducer::Json(p) => {
-                let req = BenchRequest {
-                    i,
-                    data: self.data.clone(),
-                };
+                let req = req();
                 let t0 = Instant::now();
                 let r = p.call(&req).await;
-                let took = t0.elapsed();
-                let r = match r {
-                    Ok(r) if r.i == i && r.ok => Ok(()),
-                    Ok(r) => Err(format!("wrong answer {r:?}")),
-                    Err(e) => Err(format!("failed: {e:#}")),
-                };
-                (r, took)
+                (structs(r), t0.elapsed())
+            }
+            BenchProducer::Postcard(p) => {
+                let req = req();
+                let t0 = Instant::now();
+                let r = p.call(&req).await;
+                (structs(r), t0.elapsed())
             }
             BenchProducer::Raw(p) => {
                 let mut req = Vec::with_capacity(8 + self.data.len());

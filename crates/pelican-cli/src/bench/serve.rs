@@ -7,7 +7,7 @@ use super::workers::READY_LINE;
 use super::{BenchRequest, BenchResponse};
 use crate::cli::{BenchArgs, BenchCodec, Global};
 use crate::exit::{CliError, CliResult};
-use pelican::{Bytes, Consumer, ConsumerConfig, Job, Raw, Stopper};
+use pelican::{Bytes, Consumer, ConsumerConfig, HandlerError, Job, Postcard, Raw, Stopper};
 use std::io::Write;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
@@ -32,17 +32,29 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
             .await
             .map_err(|e| g.error(&e));
     }
+    if args.codec == BenchCodec::Postcard {
+        let consumer = Consumer::<BenchRequest, BenchResponse, Postcard>::connect(queue, cfg)
+            .await
+            .map_err(|e| g.error(&e))?;
+        listen(consumer.stopper(), term, int)?;
+        return consumer
+            .serve(args.concurrency as usize, answer)
+            .await
+            .map_err(|e| g.error(&e));
+    }
     let consumer = Consumer::<BenchRequest, BenchResponse>::connect(queue, cfg)
         .await
         .map_err(|e| g.error(&e))?;
     listen(consumer.stopper(), term, int)?;
     consumer
-        .serve(
-            args.concurrency as usize,
-            |req: BenchRequest, _job: Job| async move { Ok(BenchResponse { i: req.i, ok: true }) },
-        )
+        .serve(args.concurrency as usize, answer)
         .await
         .map_err(|e| g.error(&e))
+}
+
+/// The answer to a request of the structs workload.
+async fn answer(req: BenchRequest, _job: Job) -> Result<BenchResponse, HandlerError> {
+    Ok(BenchResponse { i: req.i, ok: true })
 }
 
 /// Stops the consumer on the first SIGTERM or SIGINT (exits on the second), and tells
