@@ -36,6 +36,8 @@ const MAX_NESTING: usize = 64;
 /// past this the buffer grows with what is received, never with what a header claims.
 const BULK_RESERVE: usize = 64 * 1024;
 const ARRAY_RESERVE: usize = 64;
+/// How much more room a bulk string's buffer gets at a time past [`BULK_RESERVE`].
+const BULK_GROW: usize = 1 << 20;
 
 /// A plain TCP connection that runs one command at a time.
 pub(crate) struct LeanConn {
@@ -156,6 +158,79 @@ impl LeanConn {
     }
 }
 
+impl LeanConn {
+    /// Whether the last call left it usable (see the module docs on poisoning).
+    pub(crate) fn is_usable(&self) -> bool {
+        !self.poisoned
+    }
+
+    /// Sends one write made of `parts` (RESP commands, already encoded, in pieces: a large
+    /// value is written from where it lies, not copied into a command buffer first) and
+    /// reads `replies` replies. Server error replies come back as [`Value::ServerError`]
+    /// in their place; any other failure poisons the connection, as in [`LeanConn::query`].
+    pub(crate) async fn send_parts(
+        &mut self,
+        parts: &[&[u8]],
+        replies: usize,
+    ) -> RedisResult<Vec<Value>> {
+        if self.poisoned {
+            return Err(poisoned_error());
+        }
+        self.poisoned = true;
+        let io = async {
+            write_all_vectored(&mut self.w, parts)
+                .await
+                .map_err(io_error)?;
+            let mut out = Vec::with_capacity(replies);
+            for _ in 0..replies {
+                out.push(read_reply(&mut self.r, &mut self.line).await?);
+            }
+            Ok::<_, redis::RedisError>(out)
+        };
+        let out = match tokio::time::timeout(self.timeout, io).await {
+            Ok(r) => r?,
+            Err(_) => {
+                return Err(io_error(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no reply from Redis in time",
+                )))
+            }
+        };
+        self.poisoned = false;
+        Ok(out)
+    }
+}
+
+/// Writes every byte of `parts`, in as few `writev` calls as the kernel allows.
+async fn write_all_vectored(w: &mut OwnedWriteHalf, parts: &[&[u8]]) -> std::io::Result<()> {
+    let mut at = 0; // the part being written
+    let mut off = 0; // bytes of it already written
+    while at < parts.len() {
+        let slices: Vec<std::io::IoSlice<'_>> = std::iter::once(&parts[at][off..])
+            .chain(parts[at + 1..].iter().copied())
+            .take(64)
+            .map(std::io::IoSlice::new)
+            .collect();
+        let mut n = w.write_vectored(&slices).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        while at < parts.len() && n >= parts[at].len() - off {
+            n -= parts[at].len() - off;
+            at += 1;
+            off = 0;
+        }
+        off += n;
+    }
+    Ok(())
+}
+
+/// The header of a RESP bulk string of `len` bytes (`$<len>\r\n`), for a value written
+/// in place by [`LeanConn::send_parts`].
+pub(crate) fn bulk_header(len: usize) -> Vec<u8> {
+    format!("${len}\r\n").into_bytes()
+}
+
 /// Reads one whole RESP2 reply from `r` (`line` is a scratch buffer). A server error
 /// reply comes back as [`Value::ServerError`], at the top or inside an array, as from
 /// `redis::parse_redis_value`. `Err` means the stream cannot be read on: an I/O error,
@@ -264,21 +339,41 @@ fn length(body: &[u8], max: usize) -> RedisResult<Option<usize>> {
 }
 
 /// The `len` bytes of a bulk string and their CRLF, in a buffer that grows as they
-/// arrive: a header claiming more than is sent costs what is sent, not what it claims.
+/// arrive: a header claiming more than is sent costs what is sent, not what it claims
+/// (beyond [`BULK_RESERVE`], the buffer is reserved a megabyte at a time). What is
+/// buffered already is copied; the rest is read from the socket straight into the
+/// buffer, not through the reader's own (a large body is copied once, not twice).
 async fn read_bulk<R>(r: &mut R, len: usize) -> RedisResult<Vec<u8>>
 where
     R: AsyncBufRead + Unpin,
 {
+    use bytes::BufMut;
+    use tokio::io::AsyncReadExt;
     let want = len + 2;
     let mut data = Vec::with_capacity(want.min(BULK_RESERVE));
     while data.len() < want {
-        let buf = r.fill_buf().await.map_err(io_error)?;
-        if buf.is_empty() {
+        let buffered = r.fill_buf().await.map_err(io_error)?;
+        if buffered.is_empty() {
             return Err(io_error(std::io::ErrorKind::UnexpectedEof.into()));
         }
-        let n = buf.len().min(want - data.len());
-        data.extend_from_slice(&buf[..n]);
+        let n = buffered.len().min(want - data.len());
+        data.extend_from_slice(&buffered[..n]);
         r.consume(n);
+        // The reader's buffer is empty now: read the rest in place, a megabyte of room
+        // at a time (a reader reads around its buffer when asked for more than it holds).
+        while data.len() < want {
+            if data.capacity() == data.len() {
+                data.reserve((want - data.len()).min(BULK_GROW));
+            }
+            let room = (data.capacity() - data.len()).min(want - data.len());
+            let n = r
+                .read_buf(&mut (&mut data).limit(room))
+                .await
+                .map_err(io_error)?;
+            if n == 0 {
+                return Err(io_error(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+        }
     }
     if !data.ends_with(b"\r\n") {
         return Err(protocol_error("a bulk string without its CRLF"));

@@ -10,6 +10,7 @@ mod cancel;
 mod maintenance;
 mod pending;
 mod replies;
+mod stored;
 mod submit;
 mod ticket;
 
@@ -74,6 +75,8 @@ impl Owner {
             next_token: AtomicU64::new(1),
             sweep_now: AtomicBool::new(false),
             last_reply_id: Mutex::new(start_id.clone()),
+            body_conns: Mutex::new(Vec::new()),
+            no_lean_bodies: AtomicBool::new(false),
         });
         let tasks = TaskSet::new();
         // A panicking task fails every waiting request, and every later call, at once.

@@ -34,6 +34,10 @@ pub(crate) struct Inner {
     pub(crate) next_token: AtomicU64,
     pub(crate) sweep_now: AtomicBool,
     pub(crate) last_reply_id: Mutex<String>,
+    /// Idle lean connections for stored bodies (`stored.rs`).
+    pub(crate) body_conns: Mutex<Vec<crate::conn::wire::LeanConn>>,
+    /// Set once this queue's connections turned out not to be lean ones (TLS, ...).
+    pub(crate) no_lean_bodies: AtomicBool,
 }
 
 #[derive(Default)]

@@ -3,6 +3,7 @@
 //! no delay.
 
 use super::pending::{Inner, SubmitJob, Submitted};
+use super::stored::{submit_with_bodies, xadd_with_bodies, Framed, StoredBody};
 use crate::clock::{ms, now_ms};
 use crate::conn::retry::retry_if_dropped;
 use crate::error::{Error, Result};
@@ -124,12 +125,11 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
             }
             let n = inner.next_token.fetch_add(1, Ordering::Relaxed);
             let stage = format!("s{}:{n}", inner.id);
-            let mut set = redis::cmd("SET");
-            set.arg(sh.keys.body(&stage))
-                .arg(j.body.as_slice())
-                .arg("PX")
-                .arg(index_ttl(j));
-            stored.push(set);
+            stored.push(StoredBody {
+                key: sh.keys.body(&stage),
+                body: j.body.as_slice(),
+                ttl_ms: index_ttl(j),
+            });
             Some(stage)
         })
         .collect();
@@ -160,7 +160,25 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
             .await
             .map_err(|e| Error::redis("submitting requests", e));
     }
-    let pipe = &call.after(stored);
+    let stored = &stored;
+    if let Some(r) = retry_if_dropped(move || async move {
+        submit_with_bodies(inner, call, stored).await.transpose()
+    })
+    .await
+    .transpose()
+    {
+        return r.map_err(|e| Error::redis("submitting requests", e));
+    }
+    // Not plain TCP: the same commands through the client library.
+    let sets = stored
+        .iter()
+        .map(|b| {
+            let mut set = redis::cmd("SET");
+            set.arg(&b.key).arg(b.body).arg("PX").arg(b.ttl_ms);
+            set
+        })
+        .collect();
+    let pipe = &call.after(sets);
     retry_if_dropped(move || async move { call.invoke_pipeline(pipe, &mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("submitting requests", e))
@@ -168,7 +186,42 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
 
 async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     let sh = &inner.shared;
-    let now = now_ms();
+    let now = now_ms().to_string();
+    if jobs.iter().any(|j| j.body.len() >= STORED_BODY_MIN) {
+        // Large bodies written in place on a lean connection (see `stored.rs`).
+        let deadlines: Vec<String> = jobs.iter().map(|j| j.deadline_ms.to_string()).collect();
+        let xadds: Vec<Framed<'_>> = jobs
+            .iter()
+            .zip(&deadlines)
+            .map(|(j, deadline)| {
+                let mut before: Vec<&[u8]> = vec![
+                    b"XADD",
+                    sh.keys.stream.as_bytes(),
+                    b"*",
+                    b"rid",
+                    j.rid.as_bytes(),
+                    b"from",
+                    inner.id.as_bytes(),
+                    b"deadline",
+                    deadline.as_bytes(),
+                    b"at",
+                    now.as_bytes(),
+                    b"index",
+                    b"0",
+                ];
+                if let Some(tp) = &j.tp {
+                    before.extend([crate::trace::FIELD.as_bytes(), tp.as_bytes()]);
+                }
+                before.push(b"body");
+                Framed::new(&before, &j.body, &[])
+            })
+            .collect();
+        if let Some(ids) = xadd_with_bodies(inner, &xadds).await {
+            return ids
+                .map(|ids| ids.into_iter().map(SubmitAnswer::Queued).collect())
+                .map_err(|e| Error::redis("submitting requests", e));
+        }
+    }
     let mut pipe = redis::pipe();
     for j in jobs {
         pipe.cmd("XADD")
@@ -181,7 +234,7 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
             .arg("deadline")
             .arg(j.deadline_ms)
             .arg("at")
-            .arg(now)
+            .arg(&now)
             .arg("index")
             .arg("0");
         if let Some(tp) = &j.tp {

@@ -97,6 +97,24 @@ impl<'s, R> ScriptCall<'s, R> {
         (self.reply)(v)
     }
 
+    /// The command as sent (RESP), for a write assembled by hand.
+    pub(crate) fn packed(&self) -> Vec<u8> {
+        self.cmd.get_packed_command()
+    }
+
+    /// Reads its reply, as the script returned it.
+    pub(crate) fn read(&self, v: Value) -> RedisResult<R> {
+        (self.reply)(v)
+    }
+
+    /// Loads its script (after a NOSCRIPT reply).
+    pub(crate) async fn load(
+        &self,
+        conn: &mut (impl redis::aio::ConnectionLike + Send),
+    ) -> RedisResult<()> {
+        self.script.load_async(conn).await.map(drop)
+    }
+
     /// A pipeline of `before` (commands whose replies are not needed, e.g. the SETs of
     /// stored bodies) and then this call, all sent in one write: run it with
     /// [`ScriptCall::invoke_pipeline`]. The commands are moved, not copied.
