@@ -76,6 +76,7 @@ where
         let name = config.name.clone().unwrap_or_else(ids::consumer_name);
         let (tx, rx) = mpsc::channel(config.prefetch);
         let slots = Arc::new(Semaphore::new(config.prefetch));
+        let slot_turn = Arc::new(tokio::sync::Mutex::new(()));
         let stop = CancellationToken::new();
         let tasks = TaskSet::new();
         let mut states = Vec::new();
@@ -91,6 +92,7 @@ where
             ));
             let inner = Arc::new(ConsumerState {
                 slots: slots.clone(),
+                slot_turn: slot_turn.clone(),
                 shared,
                 config: config.clone(),
                 name: name.clone(),

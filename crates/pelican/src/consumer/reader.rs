@@ -37,8 +37,14 @@ pub(super) async fn run<Req, Resp, C>(
     let mut next_reclaim = Instant::now();
     let mut cursor = "-".to_string();
     loop {
+        // This reader's turn among the partitions' readers, then a free slot. Slots
+        // freed together would otherwise go one to each waiting reader (the semaphore
+        // serves its waiters in order), and every partition would read one entry.
         let first = tokio::select! {
-            p = inner.slots.clone().acquire_owned() => p.expect("never closed"),
+            p = async {
+                let _turn = inner.slot_turn.lock().await;
+                inner.slots.clone().acquire_owned().await
+            } => p.expect("never closed"),
             _ = inner.stop.cancelled() => return,
         };
         // Every free slot, up to a batch, in one bundle (one semaphore operation, not one

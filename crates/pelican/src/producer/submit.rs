@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// Most requests sent in one script call.
@@ -18,20 +18,32 @@ pub(super) const MAX_BATCH: usize = 256;
 /// through the submit script (dedup on; see `submit_indexed`). Below it, the script's
 /// cost for the body's bytes is less than the extra commands a stored body takes.
 pub(crate) const STORED_BODY_MIN: usize = 4096;
-/// Most script calls of one producer on the wire at once.
-const MAX_BATCHES_IN_FLIGHT: usize = 4;
-
-/// Sends whatever is queued in one call, with up to `MAX_BATCHES_IN_FLIGHT` calls on the
-/// wire. The calls are tasks of this one: aborted with it, and a panic in one is this
-/// task's panic (so the producer's supervisor sees it).
+/// Sends whatever is queued in one call. The calls are tasks of this one: aborted with
+/// it, and a panic in one is this task's panic (so the producer's supervisor sees it).
+/// The submitters of the partitions on one node share
+/// [`SUBMITS_IN_FLIGHT_PER_NODE`](crate::shared::SUBMITS_IN_FLIGHT_PER_NODE) calls on
+/// the wire ([`crate::shared::NodeGate`]): while they are all busy, submissions queue up
+/// and go out together in the next call.
 pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<SubmitJob>) {
-    let limit = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
+    let limit = inner.shared.node.submits.clone();
     let mut calls = JoinSet::new();
     let mut batch = Vec::new();
     loop {
-        // A free call slot first: while all are busy, submissions queue up in the
-        // channel and go out together in the next call. Finished calls are reaped
-        // while waiting, so a panic in one surfaces at once.
+        // Work first, then a call slot (an idle partition holds none), then whatever
+        // else queued up meanwhile. Finished calls are reaped while waiting, so a panic
+        // in one surfaces at once.
+        if batch.is_empty() {
+            let n = tokio::select! {
+                n = rx.recv_many(&mut batch, MAX_BATCH) => n,
+                Some(done) = calls.join_next() => {
+                    reap(done);
+                    continue;
+                }
+            };
+            if n == 0 {
+                break;
+            }
+        }
         let permit = tokio::select! {
             p = limit.clone().acquire_owned() => p.expect("never closed"),
             Some(done) = calls.join_next() => {
@@ -39,15 +51,11 @@ pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver
                 continue;
             }
         };
-        let n = tokio::select! {
-            n = rx.recv_many(&mut batch, MAX_BATCH) => n,
-            Some(done) = calls.join_next() => {
-                reap(done);
-                continue;
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(j) => batch.push(j),
+                Err(_) => break,
             }
-        };
-        if n == 0 {
-            break;
         }
         let jobs = std::mem::take(&mut batch);
         let inner = inner.clone();
