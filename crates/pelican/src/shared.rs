@@ -17,9 +17,10 @@ use tokio::sync::Semaphore;
 /// How many undelivered entries one janitor run checks for expiry.
 const JANITOR_SCAN: usize = 100;
 
-/// Most submit script calls one producer has on the wire at once, per Redis node (for
-/// all the partitions on that node together).
-pub(crate) const SUBMITS_IN_FLIGHT_PER_NODE: usize = 4;
+/// Most submit script calls one producer has on the wire at once for a node with one
+/// partition; a node with `n` partitions allows `max(1, 4 / n)` for all of them together
+/// (see [`NodeGate`]).
+pub(crate) const SUBMITS_IN_FLIGHT: usize = 4;
 
 /// What the partitions living on one Redis node share within one producer, consumer or
 /// admin: limits on the batched script calls they have on the wire at once, counted for
@@ -33,15 +34,24 @@ pub(crate) struct NodeGate {
     /// The consumer's outcome writers: one call (`complete.lua` or `release.lua`) on the
     /// wire at a time for the node, as one partition's writer always had.
     pub(crate) writes: Arc<Semaphore>,
-    /// The producer's submitters: [`SUBMITS_IN_FLIGHT_PER_NODE`] calls at a time.
+    /// The producer's submitters: [`SUBMITS_IN_FLIGHT`] calls at a time for a node with
+    /// one partition, `max(1, 4 / n)` for a node with `n`. One partition's submissions
+    /// come in bursts (the callers woken by one read of outcomes submit again together),
+    /// and a burst goes out in one call while a call slot is free; a burst spread over
+    /// `n` partitions would take `n` calls if `n` slots were free, so fewer slots make
+    /// the partitions that wait carry more (measured at P = 6 on one node: submit calls
+    /// per request 0.25 with 4 slots, 0.15 with 2, 0.11 with 1; BENCHMARKS.md).
     pub(crate) submits: Arc<Semaphore>,
 }
 
 impl NodeGate {
-    fn new() -> Arc<NodeGate> {
+    /// The limits of a node that holds `partitions` of the queue's partitions.
+    fn new(partitions: usize) -> Arc<NodeGate> {
         Arc::new(NodeGate {
             writes: Arc::new(Semaphore::new(1)),
-            submits: Arc::new(Semaphore::new(SUBMITS_IN_FLIGHT_PER_NODE)),
+            submits: Arc::new(Semaphore::new(
+                (SUBMITS_IN_FLIGHT / partitions.max(1)).max(1),
+            )),
         })
     }
 }
@@ -107,7 +117,7 @@ impl Shared {
         let metrics = Metrics::new(&queue.name);
         let nodes = node_indexes(&endpoint, &mut conn, queue).await;
         let gates: Vec<Arc<NodeGate>> = (0..=nodes.iter().copied().max().unwrap_or(0))
-            .map(|_| NodeGate::new())
+            .map(|n| NodeGate::new(nodes.iter().filter(|&&m| m == n).count()))
             .collect();
         Ok((0..queue.partitions)
             .map(|p| {
@@ -294,6 +304,13 @@ mod tests {
         for p in &parts[1..] {
             assert!(Arc::ptr_eq(&parts[0].node, &p.node));
         }
+        // One outcome write at a time for the node; one submit call for 4 partitions
+        // (4 for a node with one).
+        assert_eq!(parts[0].node.writes.available_permits(), 1);
+        assert_eq!(parts[0].node.submits.available_permits(), 1);
+        let one = QueueConfig::new(server.url(), "gates-1");
+        let one = Shared::connect(&one).await.unwrap();
+        assert_eq!(one[0].node.submits.available_permits(), SUBMITS_IN_FLIGHT);
         // Each connect has its own: two consumers do not wait for each other.
         let other = Shared::connect(&q).await.unwrap();
         assert!(!Arc::ptr_eq(&parts[0].node, &other[0].node));

@@ -36,6 +36,12 @@ pub(super) async fn run<Req, Resp, C>(
     let mut backoff = Backoff::new();
     let mut next_reclaim = Instant::now();
     let mut cursor = "-".to_string();
+    // Several partitions: a reader never blocks holding more than one slot (a reader
+    // waiting on an empty stream with many would keep them from the partitions that have
+    // work for a whole block). With slots to spare it first reads without blocking; when
+    // that finds nothing, the stream is drained, and it waits with one slot.
+    let several = sh.queue.partitions > 1;
+    let mut drained = false;
     loop {
         // This reader's turn among the partitions' readers, then a free slot. Slots
         // freed together would otherwise go one to each waiting reader (the semaphore
@@ -50,7 +56,11 @@ pub(super) async fn run<Req, Resp, C>(
         // Every free slot, up to a batch, in one bundle (one semaphore operation, not one
         // per slot); a permit is split off per delivery and the rest returned at once.
         let mut bundle = first;
-        let extra = inner.slots.available_permits().min(MAX_BATCH - 1);
+        let extra = if several && drained {
+            0
+        } else {
+            inner.slots.available_permits().min(MAX_BATCH - 1)
+        };
         if extra > 0 {
             if let Ok(more) = inner.slots.clone().try_acquire_many_owned(extra as u32) {
                 bundle.merge(more);
@@ -126,17 +136,17 @@ pub(super) async fn run<Req, Resp, C>(
         } else {
             cfg.block
         };
+        let probe = several && permits.len() > 1;
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
             .arg(&sh.keys.group)
             .arg(&inner.name)
             .arg("COUNT")
-            .arg(permits.len())
-            .arg("BLOCK")
-            .arg(ms(block))
-            .arg("STREAMS")
-            .arg(&sh.keys.stream)
-            .arg(">");
+            .arg(permits.len());
+        if !probe {
+            cmd.arg("BLOCK").arg(ms(block));
+        }
+        cmd.arg("STREAMS").arg(&sh.keys.stream).arg(">");
         let read = conn.as_mut().expect("connected").query(&cmd).await;
         match read {
             Ok(v) => {
@@ -156,6 +166,11 @@ pub(super) async fn run<Req, Resp, C>(
                             continue;
                         }
                     }
+                }
+                drained = entries.is_empty();
+                if entries.is_empty() && probe {
+                    // Nothing waiting: the next read waits, with one slot.
+                    continue;
                 }
                 if entries.is_empty() && cfg.reclaim {
                     // Idle for a whole block: look for released work now. A retry, a

@@ -20,10 +20,9 @@ pub(super) const MAX_BATCH: usize = 256;
 pub(crate) const STORED_BODY_MIN: usize = 4096;
 /// Sends whatever is queued in one call. The calls are tasks of this one: aborted with
 /// it, and a panic in one is this task's panic (so the producer's supervisor sees it).
-/// The submitters of the partitions on one node share
-/// [`SUBMITS_IN_FLIGHT_PER_NODE`](crate::shared::SUBMITS_IN_FLIGHT_PER_NODE) calls on
-/// the wire ([`crate::shared::NodeGate`]): while they are all busy, submissions queue up
-/// and go out together in the next call.
+/// The submitters of the partitions on one node share their calls on the wire
+/// ([`crate::shared::NodeGate`]: 4 for one partition, fewer for several): while they are
+/// all busy, submissions queue up and go out together in the next call.
 pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<SubmitJob>) {
     let limit = inner.shared.node.submits.clone();
     let mut calls = JoinSet::new();
