@@ -56,7 +56,10 @@ pub(super) async fn run<Req, Resp, C>(
         // Every free slot, up to a batch, in one bundle (one semaphore operation, not one
         // per slot); a permit is split off per delivery and the rest returned at once.
         let mut bundle = first;
-        let extra = if several && drained {
+        // A drained stream is waited on with one slot; a reclaim scan that is due takes
+        // every free slot all the same (it claims up to as many entries as slots).
+        let reclaim_due = cfg.reclaim && Instant::now() >= next_reclaim;
+        let extra = if several && drained && !reclaim_due {
             0
         } else {
             inner.slots.available_permits().min(MAX_BATCH - 1)
