@@ -9,11 +9,52 @@ use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::protocol::keys::Keys;
 use crate::protocol::scripts::{Janitor, Scripts};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
 
 /// How many undelivered entries one janitor run checks for expiry.
 const JANITOR_SCAN: usize = 100;
+
+/// Most submit script calls one producer has on the wire at once for a node with one
+/// partition; a node with `n` partitions allows `max(1, 4 / n)` for all of them together
+/// (see [`NodeGate`]).
+pub(crate) const SUBMITS_IN_FLIGHT: usize = 4;
+
+/// What the partitions living on one Redis node share within one producer, consumer or
+/// admin: limits on the batched script calls they have on the wire at once, counted for
+/// the node rather than per partition. A call carries whatever queued up while the calls
+/// before it were on the wire, so with the limit per partition, `P` partitions on one node
+/// made `P` times as many calls, each `1/P` as large, and Redis paid the fixed cost of a
+/// call (the script's entry, a reply push per producer, the socket read and write) `P`
+/// times as often. With the limit per node, `P` partitions make about as many calls as
+/// one. The partitions take turns (the semaphores are fair: first come, first served).
+pub(crate) struct NodeGate {
+    /// The consumer's outcome writers: one call (`complete.lua` or `release.lua`) on the
+    /// wire at a time for the node, as one partition's writer always had.
+    pub(crate) writes: Arc<Semaphore>,
+    /// The producer's submitters: [`SUBMITS_IN_FLIGHT`] calls at a time for a node with
+    /// one partition, `max(1, 4 / n)` for a node with `n`. One partition's submissions
+    /// come in bursts (the callers woken by one read of outcomes submit again together),
+    /// and a burst goes out in one call while a call slot is free; a burst spread over
+    /// `n` partitions would take `n` calls if `n` slots were free, so fewer slots make
+    /// the partitions that wait carry more (measured at P = 6 on one node: submit calls
+    /// per request 0.25 with 4 slots, 0.15 with 2, 0.11 with 1; BENCHMARKS.md).
+    pub(crate) submits: Arc<Semaphore>,
+}
+
+impl NodeGate {
+    /// The limits of a node that holds `partitions` of the queue's partitions.
+    fn new(partitions: usize) -> Arc<NodeGate> {
+        Arc::new(NodeGate {
+            writes: Arc::new(Semaphore::new(1)),
+            submits: Arc::new(Semaphore::new(
+                (SUBMITS_IN_FLIGHT / partitions.max(1)).max(1),
+            )),
+        })
+    }
+}
 
 /// One partition of a connected queue (a queue of one partition has one): its keys and
 /// scripts, and what all partitions share (the connection, the metrics).
@@ -26,6 +67,8 @@ pub(crate) struct Shared {
     pub(crate) conn: Conn,
     pub(crate) scripts: Scripts,
     pub(crate) metrics: Metrics,
+    /// The limits shared with the other partitions on the same node (see [`NodeGate`]).
+    pub(crate) node: Arc<NodeGate>,
 }
 
 impl Shared {
@@ -70,12 +113,17 @@ impl Shared {
     async fn connect_parts(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
         queue.validate()?;
         let endpoint = Endpoint::of(queue)?;
-        let conn = endpoint.connect(queue).await?;
+        let mut conn = endpoint.connect(queue).await?;
         let metrics = Metrics::new(&queue.name);
+        let nodes = node_indexes(&endpoint, &mut conn, queue).await;
+        let gates: Vec<Arc<NodeGate>> = (0..=nodes.iter().copied().max().unwrap_or(0))
+            .map(|n| NodeGate::new(nodes.iter().filter(|&&m| m == n).count()))
+            .collect();
         Ok((0..queue.partitions)
             .map(|p| {
                 let keys = queue.partition_keys(p);
                 Arc::new(Shared {
+                    node: gates[nodes[p as usize]].clone(),
                     scripts: Scripts::new(keys.clone()),
                     keys,
                     partition: p,
@@ -175,6 +223,43 @@ impl Shared {
     }
 }
 
+/// For each partition, the index of the node it lives on: all 0 on a single node; on a
+/// cluster, by the master that owns the partition's slot now (one `CLUSTER SLOTS`). When
+/// the cluster cannot tell, each partition counts as a node of its own (the limits are
+/// then per partition, as they were before they were per node). Only an optimisation:
+/// after a failover or a resharding two groups may share a node, or one group span two,
+/// which costs batching, never correctness.
+async fn node_indexes(endpoint: &Endpoint, conn: &mut Conn, queue: &QueueConfig) -> Vec<usize> {
+    let n = queue.partitions as usize;
+    if endpoint.is_single_node() {
+        return vec![0; n];
+    }
+    let own = (0..n).collect();
+    if n == 1 {
+        return own;
+    }
+    let Ok(slots) = redis::cmd("CLUSTER")
+        .arg("SLOTS")
+        .query_async::<redis::Value>(conn)
+        .await
+    else {
+        return own;
+    };
+    let mut index: HashMap<String, usize> = HashMap::new();
+    let mut out = Vec::with_capacity(n);
+    for p in 0..queue.partitions {
+        let stream = queue.partition_keys(p).stream;
+        let Some(master) =
+            crate::conn::cluster::master_of(&slots, crate::conn::cluster::slot(stream.as_bytes()))
+        else {
+            return own;
+        };
+        let next = index.len();
+        out.push(*index.entry(master).or_insert(next));
+    }
+    out
+}
+
 /// Refuses a process whose number of partitions differs from the queue's.
 fn check_partitions(queue: &QueueConfig, recorded: Option<u32>) -> Result<()> {
     match recorded {
@@ -201,4 +286,63 @@ pub struct JanitorReport {
     pub expired: u64,
     /// Consumers that owned nothing and were idle past `consumer_gc_after`, removed.
     pub consumers_removed: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pelican_testkit::{RedisCluster, RedisServer};
+
+    /// On one node every partition of a producer or consumer shares one set of limits on
+    /// calls in flight (so `P` partitions make as few calls as one).
+    #[tokio::test]
+    async fn partitions_on_one_node_share_one_gate() {
+        let server = RedisServer::start();
+        let q = QueueConfig::new(server.url(), "gates").with_partitions(4);
+        let parts = Shared::connect(&q).await.unwrap();
+        assert_eq!(parts.len(), 4);
+        for p in &parts[1..] {
+            assert!(Arc::ptr_eq(&parts[0].node, &p.node));
+        }
+        // One outcome write at a time for the node; one submit call for 4 partitions
+        // (4 for a node with one).
+        assert_eq!(parts[0].node.writes.available_permits(), 1);
+        assert_eq!(parts[0].node.submits.available_permits(), 1);
+        let one = QueueConfig::new(server.url(), "gates-1");
+        let one = Shared::connect(&one).await.unwrap();
+        assert_eq!(one[0].node.submits.available_permits(), SUBMITS_IN_FLIGHT);
+        // Each connect has its own: two consumers do not wait for each other.
+        let other = Shared::connect(&q).await.unwrap();
+        assert!(!Arc::ptr_eq(&parts[0].node, &other[0].node));
+    }
+
+    /// On a cluster the partitions share limits with the partitions on the same master
+    /// and only with those.
+    #[tokio::test]
+    async fn partitions_on_a_cluster_share_a_gate_per_master() {
+        let cluster = RedisCluster::start(3);
+        let seeds: Vec<String> = cluster
+            .ports()
+            .iter()
+            .map(|p| format!("127.0.0.1:{p}"))
+            .collect();
+        let url = format!("redis+cluster://{}", seeds.join(","));
+        let q = QueueConfig::new(url, "gates").with_partitions(6);
+        let parts = Shared::connect(&q).await.unwrap();
+        let master: Vec<usize> = parts
+            .iter()
+            .map(|p| cluster.master_of(&p.keys.stream))
+            .collect();
+        for i in 0..parts.len() {
+            for j in 0..parts.len() {
+                assert_eq!(
+                    Arc::ptr_eq(&parts[i].node, &parts[j].node),
+                    master[i] == master[j],
+                    "partitions {i} and {j} (masters {} and {})",
+                    master[i],
+                    master[j]
+                );
+            }
+        }
+    }
 }

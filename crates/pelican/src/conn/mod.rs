@@ -73,6 +73,12 @@ impl Endpoint {
         }
     }
 
+    /// One node (not a cluster): every key of every partition is on it, and one command
+    /// may name keys of several partitions.
+    pub(crate) fn is_single_node(&self) -> bool {
+        matches!(self, Endpoint::Node(_))
+    }
+
     /// The shared connection of a queue's producer, consumer or admin.
     pub(crate) async fn connect(&self, queue: &QueueConfig) -> Result<Conn> {
         let unreachable = |e| {

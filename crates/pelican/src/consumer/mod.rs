@@ -76,6 +76,7 @@ where
         let name = config.name.clone().unwrap_or_else(ids::consumer_name);
         let (tx, rx) = mpsc::channel(config.prefetch);
         let slots = Arc::new(Semaphore::new(config.prefetch));
+        let slot_turn = Arc::new(tokio::sync::Mutex::new(()));
         let stop = CancellationToken::new();
         let tasks = TaskSet::new();
         let mut states = Vec::new();
@@ -91,6 +92,7 @@ where
             ));
             let inner = Arc::new(ConsumerState {
                 slots: slots.clone(),
+                slot_turn: slot_turn.clone(),
                 shared,
                 config: config.clone(),
                 name: name.clone(),
@@ -354,4 +356,49 @@ async fn leave(part: &ConsumerState) -> Result<u64> {
             .await;
     }
     Ok(released)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pelican_testkit::{eventually, RedisServer};
+
+    /// A partitioned consumer's readers waiting on empty streams hold one prefetch slot
+    /// each, not every free one: with 2 partitions and prefetch 4 (5 slots), both
+    /// readers end up blocked in XREADGROUP and 3 slots stay free. (A reader that blocked
+    /// with every free slot kept the other partition's reader from reading for a whole
+    /// block.)
+    #[tokio::test]
+    async fn readers_waiting_on_empty_partitions_hold_one_slot_each() {
+        let server = RedisServer::start();
+        let q = QueueConfig::new(server.url(), "one-slot").with_partitions(2);
+        let cfg = ConsumerConfig::default()
+            .with_prefetch(4)
+            .with_block(Duration::from_secs(60))
+            .with_claim_idle(Duration::from_secs(240));
+        let c = Consumer::<u64, u64>::connect(q, cfg).await.unwrap();
+        let client = server.client();
+        eventually(
+            Duration::from_secs(10),
+            "both readers blocked in XREADGROUP",
+            || {
+                let client = client.clone();
+                async move {
+                    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+                    let list: String = redis::cmd("CLIENT")
+                        .arg("LIST")
+                        .query_async(&mut conn)
+                        .await
+                        .unwrap();
+                    list.lines()
+                        .filter(|l| l.contains(" cmd=xreadgroup ") && l.contains(" flags=b "))
+                        .count()
+                        == 2
+                }
+            },
+        )
+        .await;
+        assert_eq!(c.inner.slots.available_permits(), 3);
+        drop(c);
+    }
 }

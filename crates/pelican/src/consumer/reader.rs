@@ -42,15 +42,34 @@ pub(super) async fn run<Req, Resp, C>(
     let mut cursor = "-".to_string();
     // Mean size of the entries of the last read (bytes), for the next read's COUNT.
     let mut entry_bytes = 0usize;
+    // Several partitions: a reader never blocks holding more than one slot (a reader
+    // waiting on an empty stream with many would keep them from the partitions that have
+    // work for a whole block). With slots to spare it first reads without blocking; when
+    // that finds nothing, the stream is drained, and it waits with one slot.
+    let several = sh.queue.partitions > 1;
+    let mut drained = false;
     loop {
+        // This reader's turn among the partitions' readers, then a free slot. Slots
+        // freed together would otherwise go one to each waiting reader (the semaphore
+        // serves its waiters in order), and every partition would read one entry.
         let first = tokio::select! {
-            p = inner.slots.clone().acquire_owned() => p.expect("never closed"),
+            p = async {
+                let _turn = inner.slot_turn.lock().await;
+                inner.slots.clone().acquire_owned().await
+            } => p.expect("never closed"),
             _ = inner.stop.cancelled() => return,
         };
         // Every free slot, up to a batch, in one bundle (one semaphore operation, not one
         // per slot); a permit is split off per delivery and the rest returned at once.
         let mut bundle = first;
-        let extra = inner.slots.available_permits().min(MAX_BATCH - 1);
+        // A drained stream is waited on with one slot; a reclaim scan that is due takes
+        // every free slot all the same (it claims up to as many entries as slots).
+        let reclaim_due = cfg.reclaim && Instant::now() >= next_reclaim;
+        let extra = if several && drained && !reclaim_due {
+            0
+        } else {
+            inner.slots.available_permits().min(MAX_BATCH - 1)
+        };
         if extra > 0 {
             if let Ok(more) = inner.slots.clone().try_acquire_many_owned(extra as u32) {
                 bundle.merge(more);
@@ -126,6 +145,7 @@ pub(super) async fn run<Req, Resp, C>(
         } else {
             cfg.block
         };
+        let probe = several && permits.len() > 1;
         let mut cmd = redis::cmd("XREADGROUP");
         cmd.arg("GROUP")
             .arg(&sh.keys.group)
@@ -135,12 +155,11 @@ pub(super) async fn run<Req, Resp, C>(
                 permits
                     .len()
                     .min((MAX_READ_BYTES / entry_bytes.max(1)).max(1)),
-            )
-            .arg("BLOCK")
-            .arg(ms(block))
-            .arg("STREAMS")
-            .arg(&sh.keys.stream)
-            .arg(">");
+            );
+        if !probe {
+            cmd.arg("BLOCK").arg(ms(block));
+        }
+        cmd.arg("STREAMS").arg(&sh.keys.stream).arg(">");
         let read = conn.as_mut().expect("connected").query(&cmd).await;
         match read {
             Ok(v) => {
@@ -164,6 +183,11 @@ pub(super) async fn run<Req, Resp, C>(
                 if !entries.is_empty() {
                     let total: usize = entries.iter().map(RawEntry::size).sum();
                     entry_bytes = total / entries.len();
+                }
+                drained = entries.is_empty();
+                if entries.is_empty() && probe {
+                    // Nothing waiting: the next read waits, with one slot.
+                    continue;
                 }
                 if entries.is_empty() && cfg.reclaim {
                     // Idle for a whole block: look for released work now. A retry, a

@@ -130,13 +130,20 @@ pub(super) struct WriterTask {
 }
 
 /// Writes outcomes and releases in batches: whatever queued up while the previous call
-/// was on the wire goes in the next one.
+/// was on the wire goes in the next one. The writers of the partitions on one node take
+/// turns (one call on the wire per node, see [`crate::shared::NodeGate`]): what queues up
+/// while another partition's call is on the wire goes in this partition's next call.
 pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
     let mut backoff = Backoff::new();
     // The writer's own connection: one call at a time, off the shared connection.
     let mut conn: Option<OwnConn> = None;
     let mut jobs = Vec::new();
+    let gate = inner.shared.node.writes.clone();
     while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
+        // This node's turn (held over this round of calls), then whatever else queued
+        // up meanwhile.
+        let mut turn = Some(gate.acquire().await.expect("never closed"));
+        take_queued(&mut rx, &mut jobs);
         let mut completes: Vec<Completion> = Vec::new();
         let mut releases: Vec<Release> = Vec::new();
         let mut flushes = Vec::new();
@@ -156,7 +163,10 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
                     Ok(r) => break Ok(r),
                     Err(e) if Instant::now() < give_up && !inner.stop.is_cancelled() => {
                         tracing::warn!(error = %format_args!("{e:#}"), "writing outcomes failed; retrying");
+                        // The other partitions' writers go on meanwhile.
+                        drop(turn.take());
                         tokio::time::sleep(backoff.next()).await;
+                        turn = Some(gate.acquire().await.expect("never closed"));
                     }
                     Err(e) => break Err(e),
                 }
@@ -203,8 +213,19 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
                 }
             }
         }
+        drop(turn);
         for f in flushes {
             let _ = f.send(());
+        }
+    }
+}
+
+/// Adds to `jobs` what is queued in `rx` now, up to a batch in all.
+fn take_queued<T>(rx: &mut mpsc::UnboundedReceiver<T>, jobs: &mut Vec<T>) {
+    while jobs.len() < MAX_BATCH {
+        match rx.try_recv() {
+            Ok(j) => jobs.push(j),
+            Err(_) => return,
         }
     }
 }

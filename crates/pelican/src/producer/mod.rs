@@ -51,11 +51,14 @@ pub struct Producer<Req, Resp, C: Codec = Json> {
 struct Owner {
     inner: Arc<Inner>,
     tasks: TaskSet,
+    /// The id its reply stream is read from, until the reply reader starts.
+    start_id: String,
 }
 
 impl Owner {
     /// Starts the producer's part for one partition: its reply stream and its tasks
-    /// (reply reader, submitter, canceller, maintenance).
+    /// (submitter, canceller, maintenance; the reply reader, which may serve several
+    /// partitions, is started by [`Owner::read_replies`]).
     async fn start(shared: Arc<Shared>, config: ProducerConfig, id: String) -> Result<Owner> {
         let reply_key = shared.keys.reply(&id);
         // Create the reply stream (empty) and read from the id it got: no reply is missed.
@@ -90,14 +93,36 @@ impl Owner {
         tasks.spawn("submitter", submit::submitter(inner.clone(), submit_rx));
         tasks.spawn("canceller", cancel::canceller(inner.clone(), cancel_rx));
         tasks.spawn(
-            "reply reader",
-            replies::reply_reader(Arc::downgrade(&inner), start_id),
-        );
-        tasks.spawn(
             "maintenance",
             maintenance::maintenance(Arc::downgrade(&inner)),
         );
-        Ok(Owner { inner, tasks })
+        Ok(Owner {
+            inner,
+            tasks,
+            start_id,
+        })
+    }
+
+    /// Starts one reply reader for the reply streams of `group` (partitions on one node;
+    /// the first owns the task). A panic in it fails every partition of the group.
+    fn read_replies(group: &[&Owner]) {
+        let inners: Vec<Arc<Inner>> = group.iter().map(|o| o.inner.clone()).collect();
+        let weaks: Vec<_> = inners.iter().map(Arc::downgrade).collect();
+        group[0].tasks.on_failure(Box::new(move |e| {
+            for w in &weaks {
+                if let Some(inner) = w.upgrade() {
+                    *inner.failure.lock().unwrap() = Some(e.clone());
+                    inner.fail_all(e.clone());
+                }
+            }
+        }));
+        let parts = group
+            .iter()
+            .map(|o| (Arc::downgrade(&o.inner), o.start_id.clone()))
+            .collect();
+        group[0]
+            .tasks
+            .spawn("reply reader", replies::reply_reader(parts));
     }
 
     /// Fails this part's waiting requests with "cancelled", withdraws them and deletes
@@ -168,6 +193,15 @@ where
         let mut parts = Vec::new();
         for shared in Shared::connect(&queue).await? {
             parts.push(Owner::start(shared, config.clone(), id.clone()).await?);
+        }
+        // One reply reader for all partitions on one node (one XREAD names every reply
+        // stream); on a cluster one per partition, as XREAD's streams must share a slot.
+        if parts[0].inner.shared.endpoint.is_single_node() {
+            Owner::read_replies(&parts.iter().collect::<Vec<_>>());
+        } else {
+            for part in &parts {
+                Owner::read_replies(&[part]);
+            }
         }
         tracing::debug!(queue = %queue.name, producer = %id, partitions = parts.len(), "producer started");
         Ok(Producer {

@@ -34,16 +34,25 @@ pub(super) async fn create_reply_stream(
     Ok(id)
 }
 
-/// Reads the reply stream on a dedicated connection and resolves waiters. On a broken
-/// connection it reconnects with backoff and asks for a sweep.
-pub(super) async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: String) {
+/// Reads the reply streams of one or more partitions (all on one node: one `XREAD` names
+/// them all) on a dedicated connection and resolves waiters. `parts` pairs each
+/// partition's state with the id its stream is read from. On a broken connection it
+/// reconnects with backoff and asks each partition for a sweep.
+pub(super) async fn reply_reader(parts: Vec<(std::sync::Weak<Inner>, String)>) {
+    let (weaks, mut last_ids): (Vec<_>, Vec<_>) = parts.into_iter().unzip();
     let mut backoff = Backoff::new();
     loop {
-        let Some(inner) = weak.upgrade() else { return };
-        let block = inner.config.block;
-        let key = inner.reply_key.clone();
-        let conn = inner.shared.blocking_connection(block).await;
-        drop(inner);
+        let Some(first) = weaks[0].upgrade() else {
+            return;
+        };
+        let block = first.config.block;
+        let mut keys = Vec::with_capacity(weaks.len());
+        for w in &weaks {
+            let Some(inner) = w.upgrade() else { return };
+            keys.push(inner.reply_key.clone());
+        }
+        let conn = first.shared.blocking_connection(block).await;
+        drop(first);
         let mut conn = match conn {
             Ok(c) => c,
             Err(e) => {
@@ -59,26 +68,39 @@ pub(super) async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: Stri
                 .arg("BLOCK")
                 .arg(ms(block))
                 .arg("STREAMS")
-                .arg(&key)
-                .arg(&last_id);
+                .arg(&keys)
+                .arg(&last_ids);
             let r = conn.query(&cmd).await;
-            let Some(inner) = weak.upgrade() else { return };
+            if weaks[0].strong_count() == 0 {
+                return;
+            }
             match r {
                 Ok(v) => {
                     backoff.reset();
-                    let entries = entry::read_into_entries(v);
-                    for e in &entries {
-                        last_id.clone_from(&e.id);
-                        // One entry carries one or more (rid, outcome) pairs. Pairs for
-                        // requests this producer does not wait on are ignored (late,
-                        // duplicate or forged).
-                        for (rid, out) in &e.fields {
-                            inner.resolve_raw(rid, out);
+                    let mut any = false;
+                    for (key, entries) in entry::read_into_streams(v) {
+                        let Some(i) = keys.iter().position(|k| k.as_bytes() == key) else {
+                            continue;
+                        };
+                        let Some(last) = entries.last().map(|e| e.id.clone()) else {
+                            continue;
+                        };
+                        let Some(inner) = weaks[i].upgrade() else {
+                            return;
+                        };
+                        any = true;
+                        for e in &entries {
+                            // One entry carries one or more (rid, outcome) pairs. Pairs
+                            // for requests this producer does not wait on are ignored
+                            // (late, duplicate or forged).
+                            for (rid, out) in &e.fields {
+                                inner.resolve_raw(rid, out);
+                            }
                         }
+                        inner.last_reply_id.lock().unwrap().clone_from(&last);
+                        last_ids[i] = last;
                     }
-                    if !entries.is_empty() {
-                        inner.last_reply_id.lock().unwrap().clone_from(&last_id);
-                        drop(inner);
+                    if any {
                         // Let the woken callers run first: a request submitted in answer
                         // to this outcome goes out before the next read.
                         tokio::task::yield_now().await;
@@ -86,7 +108,10 @@ pub(super) async fn reply_reader(weak: std::sync::Weak<Inner>, mut last_id: Stri
                 }
                 Err(e) => {
                     tracing::warn!(error = %format_args!("{e:#}"), "reply reader lost its connection; reconnecting");
-                    inner.sweep_now.store(true, Ordering::SeqCst);
+                    for w in &weaks {
+                        let Some(inner) = w.upgrade() else { return };
+                        inner.sweep_now.store(true, Ordering::SeqCst);
+                    }
                     tokio::time::sleep(backoff.next()).await;
                     break;
                 }

@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 /// Most requests sent in one script call.
@@ -23,21 +23,35 @@ pub(crate) const STORED_BODY_MIN: usize = 4096;
 /// body still goes alone): megabyte bodies travel in several calls that overlap, not in
 /// one call of hundreds of megabytes that Redis and the consumers must take whole.
 pub(crate) const MAX_BATCH_BYTES: usize = 4 << 20;
-/// Most script calls of one producer on the wire at once.
-const MAX_BATCHES_IN_FLIGHT: usize = 4;
 
-/// Sends whatever is queued in one call, with up to `MAX_BATCHES_IN_FLIGHT` calls on the
-/// wire. The calls are tasks of this one: aborted with it, and a panic in one is this
-/// task's panic (so the producer's supervisor sees it).
+/// Sends whatever is queued in one call. The calls are tasks of this one: aborted with
+/// it, and a panic in one is this task's panic (so the producer's supervisor sees it).
+/// The submitters of the partitions on one node share their calls on the wire
+/// ([`crate::shared::NodeGate`]: 4 for one partition, fewer for several): while they are
+/// all busy, submissions queue up and go out together in the next call, up to
+/// `MAX_BATCH` requests or `MAX_BATCH_BYTES` of bodies.
 pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<SubmitJob>) {
-    let limit = Arc::new(Semaphore::new(MAX_BATCHES_IN_FLIGHT));
+    let limit = inner.shared.node.submits.clone();
     let mut calls = JoinSet::new();
-    // A job taken from the channel that did not fit the last batch: the next one's first.
-    let mut carry: Option<SubmitJob> = None;
+    // The next call's jobs: those taken while no call slot was free, or the one that did
+    // not fit the last call's bytes.
+    let mut batch: Vec<SubmitJob> = Vec::new();
     loop {
-        // A free call slot first: while all are busy, submissions queue up in the
-        // channel and go out together in the next call. Finished calls are reaped
-        // while waiting, so a panic in one surfaces at once.
+        // Work first, then a call slot (an idle partition holds none), then whatever
+        // else queued up meanwhile. Finished calls are reaped while waiting, so a panic
+        // in one surfaces at once.
+        if batch.is_empty() {
+            let n = tokio::select! {
+                n = rx.recv_many(&mut batch, MAX_BATCH) => n,
+                Some(done) = calls.join_next() => {
+                    reap(done);
+                    continue;
+                }
+            };
+            if n == 0 {
+                break;
+            }
+        }
         let permit = tokio::select! {
             p = limit.clone().acquire_owned() => p.expect("never closed"),
             Some(done) = calls.join_next() => {
@@ -45,34 +59,28 @@ pub(super) async fn submitter(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver
                 continue;
             }
         };
-        let first = match carry.take() {
-            Some(j) => j,
-            None => tokio::select! {
-                j = rx.recv() => match j {
-                    Some(j) => j,
-                    None => break,
-                },
-                Some(done) = calls.join_next() => {
-                    reap(done);
-                    continue;
-                }
-            },
-        };
-        let mut bytes = first.body.len();
-        let mut jobs = vec![first];
-        while jobs.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
+        // Within the bytes bound: the jobs in hand up to it, then more from the channel.
+        let mut bytes = 0;
+        let mut fits = 0;
+        for j in &batch {
+            if fits > 0 && bytes + j.body.len() > MAX_BATCH_BYTES {
+                break;
+            }
+            bytes += j.body.len();
+            fits += 1;
+        }
+        let mut rest = batch.split_off(fits);
+        while rest.is_empty() && batch.len() < MAX_BATCH && bytes < MAX_BATCH_BYTES {
             match rx.try_recv() {
-                Ok(j) if bytes + j.body.len() > MAX_BATCH_BYTES => {
-                    carry = Some(j);
-                    break;
-                }
+                Ok(j) if bytes + j.body.len() > MAX_BATCH_BYTES => rest.push(j),
                 Ok(j) => {
                     bytes += j.body.len();
-                    jobs.push(j);
+                    batch.push(j);
                 }
                 Err(_) => break,
             }
         }
+        let jobs = std::mem::replace(&mut batch, rest);
         let inner = inner.clone();
         calls.spawn(async move {
             submit_batch(&inner, jobs).await;

@@ -157,6 +157,26 @@ pub(crate) fn read_into_entries(v: Value) -> Vec<RawEntry> {
     }
 }
 
+/// Parses an XREAD reply for several streams (nil when the block timed out), taking it:
+/// each stream's name with its entries, in the order of the reply.
+pub(crate) fn read_into_streams(v: Value) -> Vec<(Vec<u8>, Vec<RawEntry>)> {
+    match v {
+        Value::Nil => Vec::new(),
+        Value::Map(m) => m
+            .into_iter()
+            .filter_map(|(k, entries)| Some((into_bytes(k)?, into_entries(entries))))
+            .collect(),
+        _ => into_array(v)
+            .into_iter()
+            .filter_map(|s| {
+                let mut parts = into_array(s).into_iter();
+                let key = into_bytes(parts.next()?)?;
+                Some((key, parts.next().map(into_entries).unwrap_or_default()))
+            })
+            .collect(),
+    }
+}
+
 /// The request an entry carries, checked.
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
@@ -263,5 +283,45 @@ pub(crate) fn attach_bodies(entries: &mut [RawEntry], at: &[usize], reply: Value
         if let Some(b) = into_bytes(v) {
             entries[i].fields.push((b"body".to_vec(), b));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bulk(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    fn entries(id: &str, k: &str, v: &str) -> Value {
+        Value::Array(vec![Value::Array(vec![
+            bulk(id),
+            Value::Array(vec![bulk(k), bulk(v)]),
+        ])])
+    }
+
+    /// An XREAD of several streams keeps each stream's entries apart, in RESP2 (an
+    /// array of [name, entries]) and RESP3 (a map) alike; a timed-out block is empty.
+    #[test]
+    fn a_read_of_several_streams_is_split_by_stream() {
+        let resp2 = Value::Array(vec![
+            Value::Array(vec![bulk("a"), entries("1-0", "r1", "O1")]),
+            Value::Array(vec![bulk("b"), entries("2-0", "r2", "O2")]),
+        ]);
+        let resp3 = Value::Map(vec![
+            (bulk("a"), entries("1-0", "r1", "O1")),
+            (bulk("b"), entries("2-0", "r2", "O2")),
+        ]);
+        for v in [resp2, resp3] {
+            let got = read_into_streams(v);
+            assert_eq!(got.len(), 2);
+            assert_eq!(got[0].0, b"a");
+            assert_eq!(got[0].1[0].id, "1-0");
+            assert_eq!(got[0].1[0].fields, vec![(b"r1".to_vec(), b"O1".to_vec())]);
+            assert_eq!(got[1].0, b"b");
+            assert_eq!(got[1].1[0].id, "2-0");
+        }
+        assert!(read_into_streams(Value::Nil).is_empty());
     }
 }

@@ -144,6 +144,43 @@ async fn no_partition_starves_while_another_has_work() {
     p.shutdown().await.unwrap();
 }
 
+/// On one node a producer reads the reply streams of all its partitions with one
+/// blocking XREAD on one connection (one command names them all), not one per partition,
+/// and every partition's outcomes still reach their callers.
+#[tokio::test]
+async fn a_producer_on_one_node_reads_every_partitions_replies_on_one_connection() {
+    let server = RedisServer::start();
+    let target = Target::Node(server);
+    let q = target.queue("one-reply-reader", 4);
+    let w = Worker::spawn(&q, fast_consumer(), 4, |r: Req, _| async move {
+        Ok(echo(&r, "w"))
+    })
+    .await;
+    let p = Producer::<Req, Resp>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    for part in 0..4 {
+        let id = id_in(&q, part, "each");
+        let t = p
+            .submit_with_id(&id, &Req::new(u64::from(part), "each"))
+            .await
+            .unwrap();
+        let r = within(Duration::from_secs(20), "a call", t).await.unwrap();
+        assert_eq!(r.i, u64::from(part));
+    }
+    // Every partition's outcome was read, so every reader that exists has sent its XREAD
+    // (a reply reader's connection sends nothing else).
+    let Target::Node(server) = &target else {
+        unreachable!()
+    };
+    let mut c = server.sync_connection();
+    let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
+    let readers = list.lines().filter(|l| l.contains(" cmd=xread ")).count();
+    assert_eq!(readers, 1, "reply readers:\n{list}");
+    w.stop().await;
+    p.shutdown().await.unwrap();
+}
+
 /// Dead letters of every partition are listed, requeued and purged through one Admin.
 #[tokio::test]
 async fn dead_letters_across_partitions() {
