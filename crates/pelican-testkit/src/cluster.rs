@@ -155,34 +155,18 @@ impl RedisCluster {
     }
 
     fn master_port_of_slot(&self, slot: u16) -> u16 {
-        for node in self.nodes.iter().filter(|n| n.is_running()) {
-            let Ok(mut conn) = RespConn::connect(&node.probe_addr(), Duration::from_millis(500))
-            else {
-                continue;
-            };
-            let Ok(Reply::Array(Some(ranges))) = conn.command(&["CLUSTER", "SLOTS"]) else {
-                continue;
-            };
-            for r in ranges {
-                let Reply::Array(Some(parts)) = r else {
-                    continue;
-                };
-                if let (Some(Reply::Int(lo)), Some(Reply::Int(hi)), Some(Reply::Array(Some(m)))) =
-                    (parts.first(), parts.get(1), parts.get(2))
-                {
-                    if (*lo..=*hi).contains(&i64::from(slot)) {
-                        if let Some(Reply::Int(port)) = m.get(1) {
-                            return *port as u16;
-                        }
-                    }
-                }
-            }
-        }
-        panic!("no running node of the cluster knows who serves slot {slot}");
+        self.nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .find_map(|n| slot_owner_seen_by(&n.probe_addr(), slot))
+            .unwrap_or_else(|| {
+                panic!("no running node of the cluster knows who serves slot {slot}")
+            })
     }
 
     /// SIGKILLs the master that serves `key` and waits (30 s deadline) until one of its
-    /// replicas has taken over and every running node says `cluster_state:ok`. Returns
+    /// replicas has taken over, every running node names it as the key's master and
+    /// says `cluster_state:ok`. Returns
     /// the index of the killed node. Needs a cluster started with replicas.
     pub fn kill_master_of(&mut self, key: &str) -> usize {
         assert!(
@@ -198,11 +182,20 @@ impl RedisCluster {
                 .cli(&["CLUSTER", "KEYSLOT", key])
                 .parse()
                 .expect("CLUSTER KEYSLOT answers a number");
-            let promoted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                self.master_port_of_slot(slot)
-            }))
-            .ok()
-            .filter(|&p| p != old_port);
+            // Every running node must name the same new master: a node that still names
+            // the dead one would send clients there (redis-cli -c would follow its MOVED
+            // to a closed port).
+            let seen: Vec<Option<u16>> = self
+                .nodes
+                .iter()
+                .filter(|n| n.is_running())
+                .map(|n| slot_owner_seen_by(&n.probe_addr(), slot))
+                .collect();
+            let promoted = seen
+                .first()
+                .copied()
+                .flatten()
+                .filter(|&p| p != old_port && seen.iter().all(|s| *s == Some(p)));
             let all_ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
                 cluster_info(&n.probe_addr())
                     .is_ok_and(|i| i.lines().any(|l| l.trim() == "cluster_state:ok"))
@@ -404,6 +397,29 @@ impl RedisCluster {
             .expect("a running node");
         run_cli(node.port(), node.tls(), &all)
     }
+}
+
+/// The port of the master that serves `slot`, as the node at `addr` sees it.
+fn slot_owner_seen_by(addr: &Addr, slot: u16) -> Option<u16> {
+    let mut conn = RespConn::connect(addr, Duration::from_millis(500)).ok()?;
+    let Ok(Reply::Array(Some(ranges))) = conn.command(&["CLUSTER", "SLOTS"]) else {
+        return None;
+    };
+    for r in ranges {
+        let Reply::Array(Some(parts)) = r else {
+            continue;
+        };
+        if let (Some(Reply::Int(lo)), Some(Reply::Int(hi)), Some(Reply::Array(Some(m)))) =
+            (parts.first(), parts.get(1), parts.get(2))
+        {
+            if (*lo..=*hi).contains(&i64::from(slot)) {
+                if let Some(Reply::Int(port)) = m.get(1) {
+                    return Some(*port as u16);
+                }
+            }
+        }
+    }
+    None
 }
 
 fn cluster_info(addr: &Addr) -> Result<String, String> {

@@ -13,6 +13,9 @@ use crate::protocol::scripts::ScriptCall;
 use redis::{RedisResult, Value};
 use std::sync::atomic::Ordering;
 
+/// The error of a write whose slot moved (see `send`).
+pub(super) const SLOT_MOVED: &str = "the partition's slot moved to another node; connecting again";
+
 /// Most idle lean connections a producer keeps for stored bodies (one per submit call
 /// on the wire at once).
 const POOL: usize = 4;
@@ -75,6 +78,20 @@ async fn send(
     parts.extend(last);
     let n = frames.len() + usize::from(last.is_some());
     let r = conn.send_parts(&parts, n).await;
+    // On a cluster the partition's slot moved (failover, resharding): nothing was done
+    // (every key of the write is in that slot); the connection is dropped, and the error
+    // says "dropped" so the call is sent again on a new one, to the slot's new master.
+    let moved = r.as_ref().is_ok_and(|replies| {
+        replies.iter().any(|v| {
+            matches!(v, Value::ServerError(e) if matches!(e.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
+        })
+    });
+    if moved {
+        return Some(Err(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionReset,
+            SLOT_MOVED,
+        ))));
+    }
     if conn.is_usable() {
         give_back(inner, conn);
     }

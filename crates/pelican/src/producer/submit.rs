@@ -3,7 +3,7 @@
 //! no delay.
 
 use super::pending::{Inner, SubmitJob, Submitted};
-use super::stored::{submit_with_bodies, xadd_with_bodies, Framed, StoredBody};
+use super::stored::{submit_with_bodies, xadd_with_bodies, Framed, StoredBody, SLOT_MOVED};
 use crate::clock::{ms, now_ms};
 use crate::conn::retry::retry_if_dropped;
 use crate::error::{Error, Result};
@@ -169,15 +169,22 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
             .map_err(|e| Error::redis("submitting requests", e));
     }
     let stored = &stored;
-    if let Some(r) = retry_if_dropped(move || async move {
-        submit_with_bodies(inner, call, stored).await.transpose()
-    })
-    .await
-    .transpose()
-    {
-        return r.map_err(|e| Error::redis("submitting requests", e));
+    match submit_with_bodies(inner, call, stored).await {
+        Some(Ok(answers)) => return Ok(answers),
+        // A refusal (a server error reply) is the answer.
+        Some(Err(e)) if e.code().is_some() => {
+            return Err(Error::redis("submitting requests", e));
+        }
+        // The connection failed (a node down mid-failover, a slot that moved): the same
+        // commands go through the client library, which follows the cluster's topology
+        // and reconnects (they are idempotent, see above).
+        Some(Err(e)) => {
+            tracing::debug!(error = %e, "stored bodies: the own connection failed; sending through the shared one");
+        }
+        None => {}
     }
-    // Not plain TCP: the same commands through the client library.
+    // Not plain TCP (or its connection failed): the same commands through the client
+    // library.
     let sets = stored
         .iter()
         .map(|b| {
@@ -224,7 +231,13 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
                 Framed::new(&before, &j.body, &[])
             })
             .collect();
-        if let Some(ids) = xadd_with_bodies(inner, &xadds).await {
+        // A slot that moved did nothing: sent again once, to the new master. (Not after
+        // any other dropped connection: the XADDs may have been done.)
+        let mut ids = xadd_with_bodies(inner, &xadds).await;
+        if matches!(&ids, Some(Err(e)) if e.to_string().contains(SLOT_MOVED)) {
+            ids = xadd_with_bodies(inner, &xadds).await;
+        }
+        if let Some(ids) = ids {
             return ids
                 .map(|ids| ids.into_iter().map(SubmitAnswer::Queued).collect())
                 .map_err(|e| Error::redis("submitting requests", e));

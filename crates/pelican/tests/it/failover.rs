@@ -24,7 +24,7 @@ fn producer_config(dedup: bool) -> ProducerConfig {
         .with_sweep_interval(Duration::from_millis(500))
 }
 
-/// Runs `n` calls (at most 32 at a time) and kills the master of partition 0 once a
+/// Runs `n` calls (at most 32 at a time, every tenth with an 8 KiB body) and kills the master of partition 0 once a
 /// third of them are answered; returns (answered, failed with a typed error, elapsed).
 async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Duration) {
     let mut cluster = replicated_cluster();
@@ -48,7 +48,14 @@ async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Dura
         let (p, answered, limit) = (p.clone(), answered.clone(), limit.clone());
         calls.spawn(async move {
             let _slot = limit.acquire_owned().await.unwrap();
-            let req = Req::new(i, "f");
+            // Every tenth body is large enough to be stored beside the stream (dedup on)
+            // and written on the producer's own connection, which must follow the slot.
+            let tag = if i % 10 == 0 {
+                "f".repeat(8192)
+            } else {
+                "f".into()
+            };
+            let req = Req::new(i, &tag);
             let out = p.call(&req).await;
             if let Ok(r) = &out {
                 assert_eq!(r.i, i, "another request's response");
