@@ -22,7 +22,7 @@ const MAX_BATCH: usize = 256;
 /// Most bytes of entries (bodies included) one read asks for, going by the size of the
 /// entries read last: a worker with megabyte bodies reads a few at a time and starts on
 /// them, rather than waiting for hundreds of megabytes in one reply.
-const MAX_READ_BYTES: usize = 4 << 20;
+const MAX_READ_BYTES: usize = 2 << 20;
 
 /// Reads new entries (and reclaims idle ones when due) into the delivery channel,
 /// never holding more than `prefetch` deliveries.

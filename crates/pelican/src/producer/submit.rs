@@ -22,7 +22,7 @@ pub(crate) const STORED_BODY_MIN: usize = 4096;
 /// A call takes no more requests once their bodies reach this many bytes (one large
 /// body still goes alone): megabyte bodies travel in several calls that overlap, not in
 /// one call of hundreds of megabytes that Redis and the consumers must take whole.
-pub(crate) const MAX_BATCH_BYTES: usize = 4 << 20;
+pub(crate) const MAX_BATCH_BYTES: usize = 2 << 20;
 
 /// Sends whatever is queued in one call. The calls are tasks of this one: aborted with
 /// it, and a panic in one is this task's panic (so the producer's supervisor sees it).
