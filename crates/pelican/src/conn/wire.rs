@@ -130,28 +130,9 @@ impl LeanConn {
     /// error poisons it: this call and every later one fail, the later ones at once and
     /// with an error `is_connection_dropped` recognises.
     pub(crate) async fn query(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
-        if self.poisoned {
-            return Err(poisoned_error());
-        }
-        // Cleared only once the whole reply is in: an error, a timeout or this future
-        // being dropped leave the stream at an unknown point.
-        self.poisoned = true;
         let packed = cmd.get_packed_command();
-        let io = async {
-            self.w.write_all(&packed).await.map_err(io_error)?;
-            read_reply(&mut self.r, &mut self.line).await
-        };
-        let reply = match tokio::time::timeout(self.timeout, io).await {
-            Ok(r) => r?,
-            Err(_) => {
-                return Err(io_error(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "no reply from Redis in time",
-                )))
-            }
-        };
-        self.poisoned = false;
-        match reply {
+        let reply = self.send_parts(&[&packed], 1).await?.pop();
+        match reply.expect("one reply for one command") {
             Value::ServerError(e) => Err(e.into()),
             v => Ok(v),
         }
@@ -176,6 +157,8 @@ impl LeanConn {
         if self.poisoned {
             return Err(poisoned_error());
         }
+        // Cleared only once every reply is in: an error, a timeout or this future being
+        // dropped leave the stream at an unknown point.
         self.poisoned = true;
         let io = async {
             write_all_vectored(&mut self.w, parts)

@@ -15,9 +15,9 @@
 use super::entry::{self, parse_entries, RawEntry};
 use super::keys::Keys;
 use super::outcome::Outcome;
-use crate::conn::{evalsha, OwnConn};
 use crate::shared::JanitorReport;
-use redis::{Cmd, ErrorKind, RedisError, RedisResult, Script, ToRedisArgs, Value};
+pub(crate) use call::ScriptCall;
+use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
 
 const LIB: &str = include_str!("../../lua/lib.lua");
 
@@ -54,114 +54,6 @@ impl Scripts {
             janitor: with_lib(include_str!("../../lua/janitor.lua")),
             requeue: with_lib(include_str!("../../lua/requeue.lua")),
         }
-    }
-}
-
-/// One script call, built once: `EVALSHA` with its keys and arguments, and how its reply
-/// is read. A retry sends the same command again.
-#[must_use]
-pub(crate) struct ScriptCall<'s, R> {
-    script: &'s Script,
-    cmd: Cmd,
-    reply: fn(Value) -> RedisResult<R>,
-}
-
-impl<'s, R> ScriptCall<'s, R> {
-    fn new(script: &'s Script, keys: &[&str], reply: fn(Value) -> RedisResult<R>) -> Self {
-        ScriptCall {
-            script,
-            cmd: evalsha(script, keys),
-            reply,
-        }
-    }
-
-    fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
-        self.cmd.arg(arg);
-        self
-    }
-
-    /// Runs it on the shared connection: `EVALSHA`, and when Redis does not know the
-    /// script (a restart, a `SCRIPT FLUSH`) `SCRIPT LOAD` and `EVALSHA` again, as the
-    /// client library's `Script::invoke_async` does.
-    pub(crate) async fn invoke(
-        &self,
-        conn: &mut (impl redis::aio::ConnectionLike + Send),
-    ) -> RedisResult<R> {
-        let v = match self.cmd.query_async(conn).await {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                self.script.load_async(conn).await?;
-                self.cmd.query_async(conn).await?
-            }
-            r => r?,
-        };
-        (self.reply)(v)
-    }
-
-    /// The command as sent (RESP), for a write assembled by hand.
-    pub(crate) fn packed(&self) -> Vec<u8> {
-        self.cmd.get_packed_command()
-    }
-
-    /// Reads its reply, as the script returned it.
-    pub(crate) fn read(&self, v: Value) -> RedisResult<R> {
-        (self.reply)(v)
-    }
-
-    /// Loads its script (after a NOSCRIPT reply).
-    pub(crate) async fn load(
-        &self,
-        conn: &mut (impl redis::aio::ConnectionLike + Send),
-    ) -> RedisResult<()> {
-        self.script.load_async(conn).await.map(drop)
-    }
-
-    /// A pipeline of `before` (commands whose replies are not needed, e.g. the SETs of
-    /// stored bodies) and then this call, all sent in one write: run it with
-    /// [`ScriptCall::invoke_pipeline`]. The commands are moved, not copied.
-    pub(crate) fn after(&self, before: Vec<Cmd>) -> redis::Pipeline {
-        let mut p = redis::pipe();
-        p.ignore_errors();
-        for c in before {
-            p.add_command(c);
-        }
-        p.add_command(self.cmd.clone());
-        p
-    }
-
-    /// Runs a pipeline made by [`ScriptCall::after`] and reads this call's reply. The
-    /// commands before it are not checked: the script sees what they did (or did not do).
-    /// When Redis does not know the script, it is loaded and the whole pipeline sent
-    /// again (the commands before must be idempotent).
-    pub(crate) async fn invoke_pipeline(
-        &self,
-        pipe: &redis::Pipeline,
-        conn: &mut (impl redis::aio::ConnectionLike + Send),
-    ) -> RedisResult<R> {
-        let mut loaded = false;
-        loop {
-            let mut replies: Vec<RedisResult<Value>> = pipe.query_async(conn).await?;
-            let last = replies
-                .pop()
-                .ok_or_else(|| unexpected("an empty pipeline reply", &Value::Nil))?;
-            match last {
-                Err(e) if e.code() == Some("NOSCRIPT") && !loaded => {
-                    self.script.load_async(conn).await?;
-                    loaded = true;
-                }
-                r => return (self.reply)(r?),
-            }
-        }
-    }
-
-    /// Runs it on a connection of a task's own, loading the script through `loader`
-    /// (the shared connection) when Redis does not know it.
-    pub(crate) async fn invoke_on(
-        &self,
-        conn: &mut OwnConn,
-        loader: &mut crate::conn::Conn,
-    ) -> RedisResult<R> {
-        let v = conn.eval(loader, self.script, &self.cmd).await?;
-        (self.reply)(v)
     }
 }
 
@@ -651,5 +543,6 @@ fn requeue_reply(v: Value) -> RedisResult<Vec<(String, Option<String>)>> {
         .collect())
 }
 
+mod call;
 #[cfg(test)]
 mod tests;

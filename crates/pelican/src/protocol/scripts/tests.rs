@@ -6,6 +6,9 @@ use super::*;
 use crate::protocol::index::{IndexValue, PendingIndex};
 use pelican_testkit::{unique_name, RedisServer};
 use redis::aio::ConnectionManager;
+use redis::Cmd;
+
+mod stored;
 
 struct Fixture {
     _server: RedisServer,
@@ -45,7 +48,20 @@ impl Fixture {
     }
 
     async fn submit(&self, producer: &str, rid: &str, now_ms: u64) -> SubmitAnswer {
-        let mut answers = Submit {
+        self.submit_staged(producer, rid, now_ms, None).await
+    }
+
+    /// Submits `rid`; with `stage` (`Some((name, body))`), its body stored at that stage
+    /// first by a SET in the same write (no SET when the body is `None`), as a producer
+    /// does for a large body.
+    async fn submit_staged(
+        &self,
+        producer: &str,
+        rid: &str,
+        now_ms: u64,
+        stage: Option<(&str, Option<&[u8]>)>,
+    ) -> SubmitAnswer {
+        let call = Submit {
             now_ms,
             producer,
             result_ttl_ms: TTL_MS,
@@ -58,12 +74,26 @@ impl Fixture {
                 deadline_ms: now_ms + 30_000,
                 index_ttl_ms: 30_000 + TTL_MS,
                 tp: None,
-                stage: None,
-                body: b"{}",
+                stage: stage.map(|(name, _)| name),
+                body: if stage.is_some() { b"" } else { b"{}" },
             }],
-        )
-        .invoke(&mut self.conn.clone())
-        .await
+        );
+        let mut answers = match stage {
+            None => call.invoke(&mut self.conn.clone()).await,
+            Some((name, body)) => {
+                let mut before = Vec::new();
+                if let Some(body) = body {
+                    let mut set = redis::cmd("SET");
+                    set.arg(self.keys.body(name))
+                        .arg(body)
+                        .arg("PX")
+                        .arg(60_000);
+                    before.push(set);
+                }
+                let pipe = call.after(before);
+                call.invoke_pipeline(&pipe, &mut self.conn.clone()).await
+            }
+        }
         .unwrap();
         assert_eq!(answers.len(), 1);
         answers.remove(0)
@@ -344,181 +374,4 @@ async fn renewing_the_newest_of_a_long_pending_list_loses_nothing() {
         .await
         .unwrap();
     assert_eq!(lost.len(), 5);
-}
-
-/// A large body is stored by a SET before the submit call and never passes through a
-/// script: the new entry carries `bref` and its body moves to `body:<sid>`; a duplicate's
-/// staged body is deleted; the body goes with its entry when it is completed, moves with
-/// it to the dead letters and back on requeue; a submission whose staged body is missing
-/// is refused, not queued.
-#[tokio::test]
-async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
-    let f = fixture().await;
-    let now = crate::clock::now_ms();
-    f.reply_stream("p1").await;
-    let body = vec![b'x'; 10_000];
-    let submit = |producer: &'static str, rid: &'static str, stage: &'static str, store: bool| {
-        let f = &f;
-        let body = body.clone();
-        async move {
-            let call = Submit {
-                now_ms: now,
-                producer,
-                result_ttl_ms: TTL_MS,
-                reply_maxlen: 100,
-            }
-            .call(
-                &f.scripts,
-                [SubmitRequest {
-                    rid,
-                    deadline_ms: now + 30_000,
-                    index_ttl_ms: 30_000 + TTL_MS,
-                    tp: None,
-                    stage: Some(stage),
-                    body: b"",
-                }],
-            );
-            let mut before = Vec::new();
-            if store {
-                let mut set = redis::cmd("SET");
-                set.arg(f.keys.body(stage)).arg(&body).arg("PX").arg(60_000);
-                before.push(set);
-            }
-            let pipe = call.after(before);
-            let mut a = call
-                .invoke_pipeline(&pipe, &mut f.conn.clone())
-                .await
-                .unwrap();
-            a.remove(0)
-        }
-    };
-    let exists = |key: String| {
-        let f = &f;
-        async move { f.query::<bool>(redis::cmd("EXISTS").arg(key)).await }
-    };
-
-    let SubmitAnswer::Queued(sid) = submit("p1", "big", "sp1:1", true).await else {
-        panic!("queued")
-    };
-    assert!(
-        !exists(f.keys.body("sp1:1")).await,
-        "the staged body was renamed"
-    );
-    let stored: Vec<u8> = f.query(redis::cmd("GET").arg(f.keys.body(&sid))).await;
-    assert_eq!(stored, body);
-    let v: Value = f
-        .query(redis::cmd("XRANGE").arg(&f.keys.stream).arg(&sid).arg(&sid))
-        .await;
-    let e = parse_entries(&v).remove(0);
-    assert_eq!(e.get("bref"), Some(&b"1"[..]));
-    assert_eq!(e.get("body"), None, "the body is not in the stream");
-
-    assert_eq!(
-        submit("p2", "big", "sp2:1", true).await,
-        SubmitAnswer::Joined
-    );
-    assert!(
-        !exists(f.keys.body("sp2:1")).await,
-        "a duplicate's staged body is deleted"
-    );
-    assert_eq!(
-        submit("p2", "other", "sp2:2", false).await,
-        SubmitAnswer::BodyMissing
-    );
-    assert_eq!(f.index("other").await, None, "refused, not queued");
-
-    // delivered; the reader's MGET finds the body at the entry's key
-    let read: Value = f
-        .query(
-            redis::cmd("XREADGROUP")
-                .arg("GROUP")
-                .arg(&f.keys.group)
-                .arg("c")
-                .arg("STREAMS")
-                .arg(&f.keys.stream)
-                .arg(">"),
-        )
-        .await;
-    let mut entries = entry::read_into_entries(read);
-    let (at, mget) = entry::stored_bodies(&f.keys, &entries).expect("one stored body");
-    let bodies: Value = f.query(&mget).await;
-    entry::attach_bodies(&mut entries, &at, bodies);
-    let req = entry::Request::from_entry(entries.remove(0), 1 << 20).unwrap();
-    assert!(req.stored_body && req.indexed);
-    assert_eq!(req.body, body);
-
-    let ok = Outcome::Ok(b"{}".to_vec()).encode();
-    let done = Complete {
-        result_ttl_ms: TTL_MS,
-        reply_maxlen: 100,
-        now_ms: now,
-    }
-    .call(
-        &f.scripts,
-        [CompleteEntry {
-            sid: &sid,
-            rid: "big",
-            from: "p1",
-            indexed: true,
-            stored_body: true,
-            outcome: &ok,
-        }],
-    )
-    .invoke(&mut f.conn.clone())
-    .await
-    .unwrap();
-    assert_eq!(done, vec![true]);
-    assert!(
-        !exists(f.keys.body(&sid)).await,
-        "completed: its body is gone"
-    );
-
-    // dead-lettered: the body moves with the letter, and back on requeue
-    let SubmitAnswer::Queued(sid) = submit("p1", "doomed", "sp1:2", true).await else {
-        panic!("queued")
-    };
-    assert_eq!(f.deliver().await, vec![sid.clone()]);
-    let buried = Reject {
-        consumer: "c",
-        sid: &sid,
-        reason: "test",
-        deliveries: 1,
-        now_ms: now,
-        result_ttl_ms: TTL_MS,
-        reply_maxlen: 100,
-        dead_maxlen: 100,
-        max_body_bytes: 1 << 20,
-    }
-    .call(&f.scripts)
-    .invoke(&mut f.conn.clone())
-    .await
-    .unwrap();
-    assert!(buried);
-    assert!(!exists(f.keys.body(&sid)).await);
-    let v: Value = f
-        .query(redis::cmd("XRANGE").arg(&f.keys.dead).arg("-").arg("+"))
-        .await;
-    let did = parse_entries(&v).remove(0).id;
-    let dead_body: Vec<u8> = f.query(redis::cmd("GET").arg(f.keys.dead_body(&did))).await;
-    assert_eq!(dead_body, body);
-    let ttl: i64 = f
-        .query(redis::cmd("PTTL").arg(f.keys.dead_body(&did)))
-        .await;
-    assert!(
-        ttl > 86_400_000,
-        "a dead letter's body is kept for days: {ttl}"
-    );
-    let requeued = Requeue {
-        now_ms: now,
-        deadline_ms: now + 30_000,
-        result_ttl_ms: TTL_MS,
-    }
-    .call(&f.scripts, [did.as_str()])
-    .invoke(&mut f.conn.clone())
-    .await
-    .unwrap();
-    let new_sid = requeued[0].1.clone().expect("requeued");
-    assert!(!exists(f.keys.dead_body(&did)).await);
-    let again: Vec<u8> = f.query(redis::cmd("GET").arg(f.keys.body(&new_sid))).await;
-    assert_eq!(again, body);
 }
