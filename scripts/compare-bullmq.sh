@@ -23,57 +23,12 @@
 # BullMQ, cargo for the build, python3 for the medians.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-N="${1:-3}"
-PEERS="${PEERS:-$ROOT/../shared/peers}"
-RUN_TIMEOUT="${RUN_TIMEOUT:-300}"
-PELICAN_ARGS="${PELICAN_ARGS:-}"
-
-die() { echo "compare-bullmq.sh: $*" >&2; exit 1; }
-say() { echo "compare-bullmq.sh: $*" >&2; }
-
-[[ "$N" =~ ^[1-9][0-9]*$ ]] || die "usage: $0 [N]  (N: rounds, a positive number)"
-[ -x "$PEERS/bullmq/run.sh" ] || die "no BullMQ benchmark at $PEERS/bullmq/run.sh (set PEERS=<peers folder>)"
-command -v python3 >/dev/null || die "python3 not found (it does the medians)"
-
-if [ -n "${PELICAN_BIN:-}" ]; then
-  [ -x "$PELICAN_BIN" ] || die "PELICAN_BIN=$PELICAN_BIN is not an executable"
-  PELICAN="$PELICAN_BIN"
-  say "measuring $PELICAN (PELICAN_BIN)"
-else
-  say "building the release binary (cargo build --release -p pelican-cli)"
-  cargo build --release -p pelican-cli >&2 || die "cargo build failed"
-  PELICAN="$ROOT/target/release/pelican"
-fi
-
-OUT="$(mktemp -d -t compare-bullmq.XXXXXX)"
-trap 'rm -rf "$OUT"' EXIT
-
-quiet() {
-  [ "${QUIET:-1}" = "0" ] && return 0
-  if [ -x "$PEERS/quiet.sh" ]; then
-    "$PEERS/quiet.sh" || say "the machine did not get quiet; measuring anyway (see 'other' CPU)"
-  else
-    say "no $PEERS/quiet.sh; not waiting for quiet"
-  fi
-}
-
-# run <label> <command...>: one run; its JSON line goes to stdout and to $OUT/<label>.jsonl
-run() {
-  local label="$1"; shift
-  quiet
-  say "round $round/$N: $label"
-  local line
-  if ! line="$(timeout "$RUN_TIMEOUT" "$@")"; then
-    die "$label failed in round $round (command: $*)"
-  fi
-  line="$(printf '%s\n' "$line" | tail -n 1)"
-  python3 -c 'import json,sys; json.loads(sys.argv[1])' "$line" 2>/dev/null \
-    || die "$label printed no JSON line in round $round: $line"
-  printf '%s\n' "$line"
-  printf '%s\n' "$line" >>"$OUT/$label.jsonl"
-}
+NAME=compare-bullmq.sh
+N_DEFAULT=3
+PEER_RUN=bullmq/run.sh
+PEER_NAME=BullMQ
+# shellcheck source=lib/peers.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib/peers.sh"
 
 for round in $(seq 1 "$N"); do
   run bullmq "$PEERS/bullmq/run.sh"
@@ -83,64 +38,17 @@ for round in $(seq 1 "$N"); do
   run pelican-nodedup "$PELICAN" bench --json --no-dedup $PELICAN_ARGS
 done
 
-python3 - "$OUT" "$N" <<'PY'
-import json, os, statistics, sys
+python3 - "$OUT" "$N" "$ROOT/scripts/lib" <<'PY'
+import sys
+sys.path.insert(0, sys.argv[3])
+from medians import load, med as median, noise_note, print_table
 
 out, n = sys.argv[1], sys.argv[2]
-def load(label):
-    with open(os.path.join(out, label + ".jsonl")) as f:
-        return [json.loads(l) for l in f if l.strip()]
-runs = {k: load(k) for k in ("bullmq", "pelican-dedup", "pelican-nodedup")}
-
-def med(label, key, sub=None):
-    vals = []
-    for r in runs[label]:
-        v = r.get(key)
-        if sub is not None:
-            v = (v or {}).get(sub)
-        if isinstance(v, (int, float)):
-            vals.append(v)
-    return statistics.median(vals) if vals else None
-
-def fmt(v, key=""):
-    if v is None:
-        return "-"
-    if abs(v) >= 1000:
-        return f"{v:.0f}"
-    if abs(v) >= 10 or key == "tp_cpu_pct":
-        return f"{v:.1f}"
-    if key == "redis_cmds_per_req":
-        return f"{v:.2f}"
-    return f"{v:.3f}"
-
-rows = [
-    ("throughput req/s", "throughput_rps", None),
-    ("tp p50 ms", "tp_p50_ms", None),
-    ("tp p99 ms", "tp_p99_ms", None),
-    ("lat p50 ms", "lat_p50_ms", None),
-    ("lat p99 ms", "lat_p99_ms", None),
-    ("redis cmds/req", "redis_cmds_per_req", None),
-    ("redis µs/req", "redis_cpu_us_per_req", None),
-    ("cpu machine %", "tp_cpu_pct", "machine"),
-    ("cpu producer %", "tp_cpu_pct", "producer"),
-    ("cpu worker %", "tp_cpu_pct", "worker"),
-    ("cpu redis %", "tp_cpu_pct", "redis"),
-    ("cpu other %", "tp_cpu_pct", "other"),
-]
 labels = ["bullmq", "pelican-dedup", "pelican-nodedup"]
-table = [["median of " + n + " runs"] + labels + ["dedup/bullmq", "nodedup/bullmq"]]
-for name, key, sub in rows:
-    b, d, nd = (med(l, key, sub) for l in labels)
-    ratio = lambda x: "-" if x is None or not b else f"{x / b:.2f}x"
-    table.append([name, fmt(b, key), fmt(d, key), fmt(nd, key), ratio(d), ratio(nd)])
-widths = [max(len(r[i]) for r in table) for i in range(len(table[0]))]
-rule = "+" + "+".join("-" * (w + 2) for w in widths) + "+"
-print(rule)
-for i, r in enumerate(table):
-    print("| " + " | ".join(c.ljust(w) if j == 0 else c.rjust(w) for j, (c, w) in enumerate(zip(r, widths))) + " |")
-    if i == 0:
-        print(rule)
-print(rule)
+runs = load(out, labels)
+med = lambda label, key, sub=None: median(runs, label, key, sub)
+print_table(runs, n, labels, [("dedup/bullmq", "pelican-dedup", "bullmq"),
+                              ("nodedup/bullmq", "pelican-nodedup", "bullmq")])
 print("Ratios are pelican/bullmq: for throughput higher is better, for latencies lower is better.")
 
 b = med("bullmq", "throughput_rps")
@@ -158,8 +66,5 @@ print("Targets (issue #4), on the medians:")
 for name, v, ok, unit in checks:
     verdict = "?" if v is None else ("met" if ok(v) else "MISSED")
     print(f"  {verdict:6} {name}: {'-' if v is None else f'{v:.2f}{unit}'}")
-others = [r.get("tp_cpu_pct", {}).get("other") for l in labels for r in runs[l]]
-others = [o for o in others if isinstance(o, (int, float))]
-if others and max(others) > 10:
-    print(f"  note: 'other' CPU reached {max(others):.0f} % of a core in some run: the machine was busy, numbers are noisy")
+noise_note(runs)
 PY
