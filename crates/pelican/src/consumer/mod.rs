@@ -343,9 +343,22 @@ async fn leave(part: &ConsumerState) -> Result<u64> {
     .call(&sh.scripts, []);
     // Idempotent: releasing an entry twice backdates it twice.
     let release = &release;
-    let released = retry_if_dropped(move || async move { release.invoke(&mut sh.conn()).await })
-        .await
-        .map_err(|e| Error::redis("releasing entries on shutdown", e))?;
+    let released = match retry_if_dropped(
+        move || async move { release.invoke(&mut sh.conn()).await },
+    )
+    .await
+    {
+        Ok(n) => n,
+        // The group is gone, and with it every entry it tracked (a failover to a
+        // replica that had not seen them, the stream deleted): nothing is held.
+        Err(e) if e.code() == Some("NOGROUP") => {
+            tracing::warn!(
+                    "the consumer group is gone (a failover lost it, or the stream was deleted): nothing to release"
+                );
+            return Ok(0);
+        }
+        Err(e) => return Err(Error::redis("releasing entries on shutdown", e)),
+    };
     if released == 0 {
         let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
             .arg("DELCONSUMER")
