@@ -29,4 +29,5 @@ for i = 3, #ARGV, 2 do
     end
   end
 end
+if withdrawn > 0 then trim_finished({ stream = stream, group = group }) end
 return withdrawn

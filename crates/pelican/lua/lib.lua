@@ -71,6 +71,42 @@ local function fields_map(flat)
   return m
 end
 
+-- The id just after the last entry `group` was given (every entry below it was
+-- delivered), or '0-1' when the group has none or is missing.
+local function after_last_delivered(stream, group)
+  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+    local f = fields_map(g)
+    if f['name'] == group then
+      local ms, seq = string.match(f['last-delivered-id'], '^(%d+)-(%d+)$')
+      if ms then return ms .. '-' .. (tonumber(seq) + 1) end
+    end
+  end
+  return '0-1'
+end
+
+-- How old (ms) the oldest pending entry may be for small finished entries to wait for a
+-- trim rather than be deleted one by one (complete.lua).
+local TRIM_WAIT_MS = 1000
+
+-- Trims the finished entries off the head of the stream: XTRIM MINID ~ below the oldest
+-- pending entry or, when none is pending, just past the last delivered one (a group
+-- delivers in id order, so every entry below either was delivered and is not pending).
+-- "~" frees whole listpack nodes only, without looking inside them: the last node waits
+-- for a later call or the janitor. Every script that ends pending entries calls it.
+-- Returns whether the oldest pending entry is older than TRIM_WAIT_MS (needs q.now).
+local function trim_finished(q)
+  local oldest = redis.call('XPENDING', q.stream, q.group, '-', '+', 1)[1]
+  local bound, old = nil, false
+  if oldest then
+    bound = oldest[1]
+    old = q.now ~= nil and tonumber(string.match(bound, '^%d+')) < q.now - TRIM_WAIT_MS
+  else
+    bound = after_last_delivered(q.stream, q.group)
+  end
+  redis.call('XTRIM', q.stream, 'MINID', '~', bound)
+  return old
+end
+
 -- The parts of a pending index value: stream id, deadline (ms, a number), and the
 -- waiters part ("p1;p2;", "" when nobody waits). nil when `v` is not one (missing, an
 -- outcome, or a foreign value).

@@ -55,6 +55,7 @@ local claimed = {}
 if #claim > 0 then
   claimed = redis.call('XCLAIM', stream, group, consumer, min_idle, unpack(claim))
 end
+if ndead > 0 then trim_finished(q) end
 flush_replies(q)
 local next_cursor = '-'
 if solo ~= '' then

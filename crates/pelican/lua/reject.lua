@@ -15,5 +15,6 @@ local r = redis.call('XRANGE', q.stream, sid, sid)
 local flat = nil
 if r[1] then flat = r[1][2] end
 bury(q, { sid = sid, fields = flat, reason = ARGV[4], deliveries = ARGV[5], consumer = ARGV[2] })
+trim_finished(q)
 flush_replies(q)
 return 1

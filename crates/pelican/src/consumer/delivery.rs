@@ -22,6 +22,8 @@ pub struct Job {
     pub(crate) from: String,
     pub(crate) indexed: bool,
     pub(crate) stored_body: bool,
+    /// Small enough to wait for a trim once finished ([`crate::protocol::entry::Request`]).
+    pub(crate) small: bool,
     pub(crate) deliveries: u32,
     pub(crate) deadline_ms: u64,
     pub(crate) submitted_ms: u64,
@@ -225,6 +227,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             from: self.job.from.clone(),
             indexed: self.job.indexed,
             stored_body: self.job.stored_body,
+            small: self.job.small,
             label: outcome.label(),
             outcome: outcome.encode(),
             ack: Some(tx),

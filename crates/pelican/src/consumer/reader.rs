@@ -282,6 +282,7 @@ async fn deliver<Req, Resp, C>(
             from: req.from,
             indexed: req.indexed,
             stored_body: req.stored_body,
+            small: req.small,
             label: "expired",
             outcome: Outcome::Expired("deadline passed before a consumer started it".into())
                 .encode(),
@@ -314,6 +315,7 @@ async fn deliver<Req, Resp, C>(
         from: req.from,
         indexed: req.indexed,
         stored_body: req.stored_body,
+        small: req.small,
         deliveries,
         deadline_ms: req.deadline_ms,
         submitted_ms: req.submitted_ms,

@@ -34,6 +34,8 @@ pub(crate) struct Completion {
     pub(crate) indexed: bool,
     /// Its body is stored beside the stream (deleted with the entry).
     pub(crate) stored_body: bool,
+    /// Small enough to wait for a trim (see `complete.lua`).
+    pub(crate) small: bool,
     pub(crate) label: &'static str,
     pub(crate) outcome: Vec<u8>,
     pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
@@ -249,6 +251,7 @@ async fn write_completions(
             from: &c.from,
             indexed: c.indexed,
             stored_body: c.stored_body,
+            small: c.small,
             outcome: &c.outcome,
         }),
     );

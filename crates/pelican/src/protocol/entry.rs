@@ -177,6 +177,10 @@ pub(crate) fn read_into_streams(v: Value) -> Vec<(Vec<u8>, Vec<RawEntry>)> {
     }
 }
 
+/// The largest body (in bytes) of an entry that, once finished, may be left in the stream
+/// for `complete.lua`'s trim instead of being deleted on its own.
+pub(crate) const SMALL_ENTRY_BODY: usize = 1024;
+
 /// The request an entry carries, checked.
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
@@ -186,6 +190,9 @@ pub(crate) struct Request {
     pub(crate) indexed: bool,
     /// Its body was stored beside the stream (field `bref`), fetched by the reader.
     pub(crate) stored_body: bool,
+    /// The entry is small: its body is stored, or in the entry and at most
+    /// [`SMALL_ENTRY_BODY`] bytes (see `complete.lua`: it may wait for a trim).
+    pub(crate) small: bool,
     pub(crate) deadline_ms: u64,
     pub(crate) submitted_ms: u64,
     pub(crate) body: Vec<u8>,
@@ -245,6 +252,7 @@ impl Request {
             from,
             indexed,
             stored_body,
+            small: stored_body || body.len() <= SMALL_ENTRY_BODY,
             deadline_ms,
             submitted_ms,
             body,

@@ -218,6 +218,8 @@ pub(crate) struct CompleteEntry<'a> {
     pub(crate) indexed: bool,
     /// Whether its body is stored beside the stream (deleted with the entry).
     pub(crate) stored_body: bool,
+    /// Small enough to be left for the trim instead of its own `XDEL`.
+    pub(crate) small: bool,
     /// The encoded [`Outcome`].
     pub(crate) outcome: &'a [u8],
 }
@@ -242,7 +244,14 @@ impl Complete {
             c.arg(e.sid)
                 .arg(e.rid)
                 .arg(e.from)
-                .arg(if e.stored_body { "2" } else { flag(e.indexed) })
+                .arg(match (e.stored_body, e.indexed, e.small) {
+                    (true, _, true) => "2t",
+                    (true, _, false) => "2",
+                    (false, true, true) => "1t",
+                    (false, true, false) => "1",
+                    (false, false, true) => "0t",
+                    (false, false, false) => "0",
+                })
                 .arg(e.outcome);
         }
         c

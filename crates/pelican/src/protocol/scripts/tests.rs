@@ -9,6 +9,7 @@ use redis::aio::ConnectionManager;
 use redis::Cmd;
 
 mod stored;
+mod trim;
 
 struct Fixture {
     _server: RedisServer,
@@ -248,6 +249,7 @@ async fn complete_records_the_first_outcome_and_submit_reads_it_back() {
                     from: "p1",
                     indexed: true,
                     stored_body: false,
+                    small: false,
                     outcome: &outcome,
                 }],
             )
@@ -317,6 +319,7 @@ async fn a_reply_key_of_another_type_loses_no_other_reply() {
                 from,
                 indexed: false,
                 stored_body: false,
+                small: false,
                 outcome: &ok,
             }),
     )

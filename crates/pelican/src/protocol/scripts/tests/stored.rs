@@ -91,6 +91,7 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
             from: "p1",
             indexed: true,
             stored_body: true,
+            small: false,
             outcome: &ok,
         }],
     )

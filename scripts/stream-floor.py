@@ -1,0 +1,153 @@
+#!/usr/bin/env python3
+"""The least Redis work a request/response queue on Redis Streams can cost: the commands
+pelican's protocol cannot do without, as plain commands in deep pipelines (no Lua, no
+per-entry checks, no recovery or dedup bookkeeping beyond the minimum), counted in
+instructions of redis-server under callgrind (deterministic, unlike time here).
+
+Per request: XADD of an entry with pelican's fields; per batch of --batch: XREADGROUP,
+one XACK of the batch, one reply XADD with every outcome, XREAD of the replies, XTRIM
+MINID ~. With --dedup, per request also the least an index can cost: SET NX GET to claim
+it on submit, SET GET to record the outcome. With --scripts (implies --dedup), the same
+commands, but submissions and completions are one script call per batch each, as they
+must be for the check-and-insert and the gate to be atomic: the least an atomic protocol
+costs on Redis 7.0. The ids are given explicitly, so the whole run is one pipeline, fed
+by redis-cli --pipe.
+
+    python3 scripts/stream-floor.py [--requests 20000] [--batch 100] [--dedup | --scripts]
+
+Prints instructions per request (the run's total over --requests: start-up and shut-down
+included, as in pelican's measurement with the same method).
+"""
+import argparse, os, shutil, socket, subprocess, sys, tempfile, time
+
+
+def resp(*args):
+    out = [b"*%d\r\n" % len(args)]
+    for a in args:
+        a = a if isinstance(a, bytes) else str(a).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
+    return b"".join(out)
+
+
+# One call per batch: per request rid, stream id, pending value, body.
+SUBMIT = """
+for i = 1, #ARGV, 4 do
+  if not redis.call('SET', KEYS[2] .. ARGV[i], ARGV[i + 2], 'NX', 'GET', 'PX', 120000) then
+    redis.call('XADD', KEYS[1], ARGV[i + 1], 'rid', ARGV[i], 'from', 'p1', 'deadline', '1',
+      'at', '1', 'index', '1', 'body', ARGV[i + 3])
+  end
+end
+return 1
+"""
+# One call per batch: reply id, trim bound, then per request rid, stream id, outcome.
+COMPLETE = """
+local ids, pairs = {}, {}
+for i = 3, #ARGV, 3 do
+  redis.call('SET', KEYS[2] .. ARGV[i], ARGV[i + 2], 'GET', 'PX', 60000)
+  ids[#ids + 1] = ARGV[i + 1]
+  pairs[#pairs + 1] = ARGV[i]
+  pairs[#pairs + 1] = ARGV[i + 2]
+end
+redis.call('XACK', KEYS[1], 'pelican', unpack(ids))
+redis.call('XADD', KEYS[3], 'NOMKSTREAM', 'MAXLEN', '~', 100000, ARGV[1], unpack(pairs))
+redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[2])
+return 1
+"""
+
+
+def workload(n, batch, dedup, scripts):
+    s, r, g = "pelican:{floor}:stream", "pelican:{floor}:reply:p1", "pelican"
+    keys = (s, "pelican:{floor}:req:", r)
+    yield resp("XGROUP", "CREATE", s, g, "0", "MKSTREAM")
+    yield resp("XADD", r, "1-0", "pelican", "reply stream created")
+    ms = 1_800_000_000_000
+    body = b'{"i":0,"data":"' + b"x" * 64 + b'"}'
+    for b0 in range(0, n, batch):
+        ids = []
+        if scripts:
+            args = []
+            for i in range(b0, min(n, b0 + batch)):
+                sid, rid = "%d-%d" % (ms, i), "%032x" % i
+                ids.append((sid, rid))
+                args += [rid, sid, "P%s;%d;p1;" % (sid, ms + 60000), body]
+            yield resp("EVAL", SUBMIT, 3, *keys, *args)
+            yield resp("XREADGROUP", "GROUP", g, "c", "COUNT", batch, "STREAMS", s, ">")
+            args = ["%d-0" % (b0 + 2), "%d-%d" % (ms, b0 + batch)]
+            for sid, rid in ids:
+                args += [rid, sid, 'O{"i":0,"ok":true}']
+            yield resp("EVAL", COMPLETE, 3, *keys, *args)
+            yield resp("XREAD", "COUNT", batch, "STREAMS", r, "%d-0" % (b0 + 1))
+            continue
+        for i in range(b0, min(n, b0 + batch)):
+            sid = "%d-%d" % (ms, i)
+            rid = "%032x" % i
+            ids.append((sid, rid))
+            if dedup:
+                yield resp("SET", "pelican:{floor}:req:" + rid, "P%s;%d;p1;" % (sid, ms + 60000),
+                           "NX", "GET", "PX", 120000)
+            yield resp("XADD", s, sid, "rid", rid, "from", "p1", "deadline", ms + 60000,
+                       "at", ms, "index", 1 if dedup else 0, "body", body)
+        yield resp("XREADGROUP", "GROUP", g, "c", "COUNT", batch, "STREAMS", s, ">")
+        if dedup:
+            for _, rid in ids:
+                yield resp("SET", "pelican:{floor}:req:" + rid, 'O{"i":0,"ok":true}', "GET",
+                           "PX", 60000)
+        yield resp("XACK", s, g, *[sid for sid, _ in ids])
+        pairs = []
+        for _, rid in ids:
+            pairs += [rid, 'O{"i":0,"ok":true}']
+        yield resp("XADD", r, "NOMKSTREAM", "MAXLEN", "~", 100000, "%d-0" % (b0 + 2), *pairs)
+        yield resp("XREAD", "COUNT", batch, "STREAMS", r, "%d-0" % (b0 + 1))
+        yield resp("XTRIM", s, "MINID", "~", "%d-%d" % (ms, b0 + batch))
+
+
+def free_port():
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        return so.getsockname()[1]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--requests", type=int, default=20000)
+    ap.add_argument("--batch", type=int, default=100)
+    ap.add_argument("--dedup", action="store_true")
+    ap.add_argument("--scripts", action="store_true")
+    a = ap.parse_args()
+    a.dedup = a.dedup or a.scripts
+    for tool in ("valgrind", "redis-server", "redis-cli", "callgrind_annotate"):
+        if not shutil.which(tool):
+            sys.exit(f"stream-floor: {tool} is not on PATH")
+    d = tempfile.mkdtemp(prefix="stream-floor-")
+    port, out = free_port(), os.path.join(d, "callgrind.out")
+    srv = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
+                            "redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                            "--save", "", "--appendonly", "no"],
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    cli = ["redis-cli", "-p", str(port)]
+    for _ in range(300):
+        if subprocess.run(cli + ["ping"], capture_output=True).stdout.strip() == b"PONG":
+            break
+        time.sleep(0.1)
+    else:
+        srv.kill()
+        sys.exit("stream-floor: redis-server under valgrind did not start")
+    data = b"".join(workload(a.requests, a.batch, a.dedup, a.scripts))
+    p = subprocess.run(cli + ["--pipe"], input=data, capture_output=True)
+    tail = p.stdout.decode().strip().splitlines()[-1:]
+    stats = subprocess.run(cli + ["info", "commandstats"], capture_output=True).stdout.decode()
+    subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
+    srv.wait()
+    ann = subprocess.run(["callgrind_annotate", out], capture_output=True).stdout.decode()
+    total = next(int(l.split()[0].replace(",", "")) for l in ann.splitlines()
+                 if "PROGRAM TOTALS" in l)
+    shutil.rmtree(d)
+    errors = [l for l in stats.splitlines() if "failed_calls=0" not in l and "calls=" in l]
+    print(f"dedup={a.dedup} scripts={a.scripts} batch={a.batch} requests={a.requests} "
+          f"instructions_per_request={total // a.requests} ({' '.join(tail)})")
+    if errors:
+        sys.exit("stream-floor: commands failed: " + "; ".join(errors))
+
+
+if __name__ == "__main__":
+    main()
