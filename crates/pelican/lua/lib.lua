@@ -71,14 +71,19 @@ local function fields_map(flat)
   return m
 end
 
+-- The stream id just after `id` ("<ms>-<seq>").
+local function id_after(id)
+  local ms, seq = string.match(id, '^(%d+)-(%d+)$')
+  return ms .. '-' .. string.format('%d', tonumber(seq) + 1)
+end
+
 -- The id just after the last entry `group` was given (every entry below it was
 -- delivered), or '0-1' when the group has none or is missing.
 local function after_last_delivered(stream, group)
   for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
     local f = fields_map(g)
-    if f['name'] == group then
-      local ms, seq = string.match(f['last-delivered-id'], '^(%d+)-(%d+)$')
-      if ms then return ms .. '-' .. (tonumber(seq) + 1) end
+    if f['name'] == group and string.find(f['last-delivered-id'], '^%d+-%d+$') then
+      return id_after(f['last-delivered-id'])
     end
   end
   return '0-1'
@@ -89,10 +94,12 @@ end
 local TRIM_WAIT_MS = 1000
 
 -- Trims the finished entries off the head of the stream: XTRIM MINID ~ below the oldest
--- pending entry or, when none is pending, just past the last delivered one (a group
--- delivers in id order, so every entry below either was delivered and is not pending).
--- "~" frees whole listpack nodes only, without looking inside them: the last node waits
--- for a later call or the janitor. Every script that ends pending entries calls it.
+-- pending entry or, when none is pending, just past the group's last delivered entry
+-- (not just past the newest entry this call finished: the entry that finishes last is
+-- often the oldest one, and those finished behind it would stay). A group delivers in
+-- id order, so every entry below either was delivered and is no longer pending. "~"
+-- frees whole listpack nodes only, without looking inside them: the last node waits for
+-- a later call or the janitor. Every script that ends pending entries calls it.
 -- Returns whether the oldest pending entry is older than TRIM_WAIT_MS (needs q.now).
 local function trim_finished(q)
   local oldest = redis.call('XPENDING', q.stream, q.group, '-', '+', 1)[1]
