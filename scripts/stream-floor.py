@@ -11,9 +11,12 @@ it on submit, SET GET to record the outcome. With --scripts (implies --dedup), t
 commands, but submissions and completions are one script call per batch each, as they
 must be for the check-and-insert and the gate to be atomic: the least an atomic protocol
 costs on Redis 7.0. The ids are given explicitly, so the whole run is one pipeline, fed
-by redis-cli --pipe.
+by redis-cli --pipe. With --pelican, pelican's own submit.lua and complete.lua (dedup
+on, small bodies) do the submitting and completing in batches of --batch, with
+XREADGROUP and XREAD between them: the same work as `pelican bench` without its
+clients' timing, so a change to a script can be compared to the instruction.
 
-    python3 scripts/stream-floor.py [--requests 20000] [--batch 100] [--dedup | --scripts]
+    python3 scripts/stream-floor.py [--requests 20000] [--batch 100] [--dedup | --scripts | --pelican [--lua DIR]]
 
 Prints instructions per request (the run's total over --requests: start-up and shut-down
 included, as in pelican's measurement with the same method).
@@ -101,6 +104,64 @@ def workload(n, batch, dedup, scripts):
         yield resp("XTRIM", s, "MINID", "~", "%d-%d" % (ms, b0 + batch))
 
 
+def read_reply(f):
+    line = f.readline()
+    t, rest = line[:1], line[1:-2]
+    if t in (b"+", b"-"):
+        return rest if t == b"+" else RuntimeError(rest.decode())
+    if t == b":":
+        return int(rest)
+    if t == b"$":
+        n = int(rest)
+        return None if n < 0 else f.read(n + 2)[:-2]
+    if t == b"*":
+        n = int(rest)
+        return None if n < 0 else [read_reply(f) for _ in range(n)]
+    raise RuntimeError(f"unexpected reply {line!r}")
+
+
+def pelican_run(port, n, batch, lua):
+    """pelican's scripts (from directory `lua`), dedup on, 64-byte bodies: submit.lua,
+    XREADGROUP, complete.lua, XREAD, one batch at a time."""
+    lib = open(os.path.join(lua, "lib.lua")).read()
+    so = socket.create_connection(("127.0.0.1", port))
+    f = so.makefile("rb")
+
+    def call(*args):
+        so.sendall(resp(*args))
+        r = read_reply(f)
+        if isinstance(r, RuntimeError):
+            raise r
+        return r
+
+    shas = {name: call("SCRIPT", "LOAD", lib + "\n" + open(os.path.join(lua, name + ".lua")).read())
+            for name in ("submit", "complete")}
+    base = "pelican:{floor}:"
+    keys = (base + "stream", base + "req:", base + "reply:")
+    call("XGROUP", "CREATE", keys[0], "pelican", "0", "MKSTREAM")
+    call("XADD", keys[2] + "p1", "*", "pelican", "reply stream created")
+    body = b'{"i":0,"data":"' + b"x" * 64 + b'"}'
+    now = int(time.time() * 1000)
+    last = "0"
+    for b0 in range(0, n, batch):
+        args = [now, "p1", "pelican", 60000, 100000]
+        rids = ["%032x" % i for i in range(b0, min(n, b0 + batch))]
+        for rid in rids:
+            args += [rid, now + 60000, 120000, "", "", body]
+        answers = call("EVALSHA", shas["submit"], 3, *keys, *args)
+        sids = [a[1:].decode() for a in answers]
+        call("XREADGROUP", "GROUP", "pelican", "c", "COUNT", batch, "STREAMS", keys[0], ">")
+        args = ["pelican", 60000, 100000, now]
+        for sid, rid in zip(sids, rids):
+            args += [sid, rid, "p1", "1t", 'O{"i":0,"ok":true}']
+        call("EVALSHA", shas["complete"], 3, *keys, *args)
+        got = call("XREAD", "COUNT", 10, "STREAMS", keys[2] + "p1", last)
+        if got:
+            last = got[0][1][-1][0].decode()
+    so.close()
+    return f"errors: 0, batches: {(n + batch - 1) // batch}"
+
+
 def free_port():
     with socket.socket() as so:
         so.bind(("127.0.0.1", 0))
@@ -113,6 +174,10 @@ def main():
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--dedup", action="store_true")
     ap.add_argument("--scripts", action="store_true")
+    ap.add_argument("--pelican", action="store_true")
+    ap.add_argument("--lua", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                                  "..", "crates", "pelican", "lua"),
+                    help="where --pelican takes the scripts from (another build's, to compare)")
     a = ap.parse_args()
     a.dedup = a.dedup or a.scripts
     for tool in ("valgrind", "redis-server", "redis-cli", "callgrind_annotate"):
@@ -132,9 +197,13 @@ def main():
     else:
         srv.kill()
         sys.exit("stream-floor: redis-server under valgrind did not start")
-    data = b"".join(workload(a.requests, a.batch, a.dedup, a.scripts))
-    p = subprocess.run(cli + ["--pipe"], input=data, capture_output=True)
-    tail = p.stdout.decode().strip().splitlines()[-1:]
+    if a.pelican:
+        a.dedup = True
+        tail = [pelican_run(port, a.requests, a.batch, a.lua)]
+    else:
+        data = b"".join(workload(a.requests, a.batch, a.dedup, a.scripts))
+        p = subprocess.run(cli + ["--pipe"], input=data, capture_output=True)
+        tail = p.stdout.decode().strip().splitlines()[-1:]
     stats = subprocess.run(cli + ["info", "commandstats"], capture_output=True).stdout.decode()
     subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
     srv.wait()
@@ -143,7 +212,7 @@ def main():
                  if "PROGRAM TOTALS" in l)
     shutil.rmtree(d)
     errors = [l for l in stats.splitlines() if "failed_calls=0" not in l and "calls=" in l]
-    print(f"dedup={a.dedup} scripts={a.scripts} batch={a.batch} requests={a.requests} "
+    print(f"dedup={a.dedup} scripts={a.scripts} pelican={a.pelican} batch={a.batch} requests={a.requests} "
           f"instructions_per_request={total // a.requests} ({' '.join(tail)})")
     if errors:
         sys.exit("stream-floor: commands failed: " + "; ".join(errors))
