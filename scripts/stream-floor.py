@@ -19,7 +19,9 @@ clients' timing, so a change to a script can be compared to the instruction.
     python3 scripts/stream-floor.py [--requests 20000] [--batch 100] [--dedup | --scripts | --pelican [--lua DIR]]
 
 Prints instructions per request (the run's total over --requests: start-up and shut-down
-included, as in pelican's measurement with the same method).
+included, as in pelican's measurement with the same method). With --cpu, redis-server
+runs on its own instead, and the CPU time it used (INFO cpu, user + system) per request
+is printed: the time-based figure `pelican bench` reports as redis_cpu_us_per_req.
 """
 import argparse, os, shutil, socket, subprocess, sys, tempfile, time
 
@@ -175,19 +177,21 @@ def main():
     ap.add_argument("--dedup", action="store_true")
     ap.add_argument("--scripts", action="store_true")
     ap.add_argument("--pelican", action="store_true")
+    ap.add_argument("--cpu", action="store_true",
+                    help="no valgrind: Redis' CPU time per request instead of instructions")
     ap.add_argument("--lua", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
                                                   "..", "crates", "pelican", "lua"),
                     help="where --pelican takes the scripts from (another build's, to compare)")
     a = ap.parse_args()
     a.dedup = a.dedup or a.scripts
-    for tool in ("valgrind", "redis-server", "redis-cli", "callgrind_annotate"):
+    for tool in ("redis-server", "redis-cli") + (() if a.cpu else ("valgrind", "callgrind_annotate")):
         if not shutil.which(tool):
             sys.exit(f"stream-floor: {tool} is not on PATH")
     d = tempfile.mkdtemp(prefix="stream-floor-")
     port, out = free_port(), os.path.join(d, "callgrind.out")
-    srv = subprocess.Popen(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}",
-                            "redis-server", "--port", str(port), "--bind", "127.0.0.1",
-                            "--save", "", "--appendonly", "no"],
+    grind = [] if a.cpu else ["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"]
+    srv = subprocess.Popen(grind + ["redis-server", "--port", str(port), "--bind", "127.0.0.1",
+                                    "--save", "", "--appendonly", "no"],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     cli = ["redis-cli", "-p", str(port)]
     for _ in range(300):
@@ -197,23 +201,37 @@ def main():
     else:
         srv.kill()
         sys.exit("stream-floor: redis-server under valgrind did not start")
-    if a.pelican:
-        a.dedup = True
-        tail = [pelican_run(port, a.requests, a.batch, a.lua)]
-    else:
-        data = b"".join(workload(a.requests, a.batch, a.dedup, a.scripts))
-        p = subprocess.run(cli + ["--pipe"], input=data, capture_output=True)
-        tail = p.stdout.decode().strip().splitlines()[-1:]
-    stats = subprocess.run(cli + ["info", "commandstats"], capture_output=True).stdout.decode()
-    subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
-    srv.wait()
-    ann = subprocess.run(["callgrind_annotate", out], capture_output=True).stdout.decode()
-    total = next(int(l.split()[0].replace(",", "")) for l in ann.splitlines()
-                 if "PROGRAM TOTALS" in l)
-    shutil.rmtree(d)
+    def cpu():
+        info = subprocess.run(cli + ["info", "cpu"], capture_output=True).stdout.decode()
+        v = dict(l.split(":", 1) for l in info.splitlines() if ":" in l)
+        return float(v["used_cpu_user"]) + float(v["used_cpu_sys"])
+
+    cpu0 = cpu()
+    try:
+        if a.pelican:
+            a.dedup = True
+            tail = [pelican_run(port, a.requests, a.batch, a.lua)]
+        else:
+            data = b"".join(workload(a.requests, a.batch, a.dedup, a.scripts))
+            p = subprocess.run(cli + ["--pipe"], input=data, capture_output=True)
+            tail = p.stdout.decode().strip().splitlines()[-1:]
+        used = cpu() - cpu0
+        stats = subprocess.run(cli + ["info", "commandstats"], capture_output=True).stdout.decode()
+        subprocess.run(cli + ["shutdown", "nosave"], capture_output=True)
+        srv.wait(timeout=60)
+    finally:
+        if srv.poll() is None:
+            srv.kill()
     errors = [l for l in stats.splitlines() if "failed_calls=0" not in l and "calls=" in l]
-    print(f"dedup={a.dedup} scripts={a.scripts} pelican={a.pelican} batch={a.batch} requests={a.requests} "
-          f"instructions_per_request={total // a.requests} ({' '.join(tail)})")
+    what = f"dedup={a.dedup} scripts={a.scripts} pelican={a.pelican} batch={a.batch} requests={a.requests}"
+    if a.cpu:
+        print(f"{what} redis_cpu_us_per_request={used / a.requests * 1e6:.2f} ({' '.join(tail)})")
+    else:
+        ann = subprocess.run(["callgrind_annotate", out], capture_output=True).stdout.decode()
+        total = next(int(l.split()[0].replace(",", "")) for l in ann.splitlines()
+                     if "PROGRAM TOTALS" in l)
+        print(f"{what} instructions_per_request={total // a.requests} ({' '.join(tail)})")
+    shutil.rmtree(d)
     if errors:
         sys.exit("stream-floor: commands failed: " + "; ".join(errors))
 

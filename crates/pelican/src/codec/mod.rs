@@ -11,6 +11,14 @@ pub trait Codec: Send + Sync + 'static {
     fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, CodecError>;
     /// Decodes a value.
     fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError>;
+
+    /// Decodes a value from a body it may keep: pelican hands every body it received
+    /// to this one. By default [`Codec::decode`]; a codec whose values can take the bytes
+    /// over (as [`Raw`] does for `Bytes`, `ByteBuf` and `String`) saves a copy of the
+    /// body.
+    fn decode_owned<T: DeserializeOwned>(bytes: Vec<u8>) -> Result<T, CodecError> {
+        Self::decode(&bytes)
+    }
 }
 
 /// The error a [`Codec`] reports.

@@ -32,6 +32,11 @@ impl Codec for Raw {
     fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, CodecError> {
         T::deserialize(RawDeserializer(bytes))
     }
+
+    /// `Bytes`, `ByteBuf` and `String` take the body over: no copy.
+    fn decode_owned<T: DeserializeOwned>(bytes: Vec<u8>) -> Result<T, CodecError> {
+        T::deserialize(OwnedDeserializer(bytes))
+    }
 }
 
 impl ser::Error for CodecError {
@@ -299,6 +304,46 @@ impl<'de> de::Deserializer<'de> for RawDeserializer<'_> {
     }
 }
 
+/// [`RawDeserializer`] over a body it owns: hands it over instead of a copy.
+struct OwnedDeserializer(Vec<u8>);
+
+impl<'de> de::Deserializer<'de> for OwnedDeserializer {
+    type Error = CodecError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
+        visitor.visit_byte_buf(self.0)
+    }
+    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
+        visitor.visit_byte_buf(self.0)
+    }
+    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
+        visitor.visit_byte_buf(self.0)
+    }
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
+        let s = String::from_utf8(self.0)
+            .map_err(|e| CodecError(format!("the body is not UTF-8: {}", e.utf8_error())))?;
+        visitor.visit_string(s)
+    }
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
+        self.deserialize_str(visitor)
+    }
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
+        visitor.visit_seq(de::value::SeqDeserializer::new(self.0.into_iter()))
+    }
+    fn deserialize_newtype_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        visitor: V,
+    ) -> Result<V::Value, CodecError> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char option unit
+        unit_struct tuple tuple_struct map struct enum identifier ignored_any
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,5 +377,25 @@ mod tests {
         assert!(Raw::decode::<u32>(b"7").is_err());
         let bad = Raw::decode::<String>(&[0xff, 0xfe]).unwrap_err();
         assert!(bad.0.contains("not UTF-8"), "{bad}");
+        assert!(Raw::decode_owned::<S>(b"{}".to_vec()).is_err());
+        assert!(Raw::decode_owned::<u32>(b"7".to_vec()).is_err());
+        let bad = Raw::decode_owned::<String>(vec![0xff, 0xfe]).unwrap_err();
+        assert!(bad.0.contains("not UTF-8"), "{bad}");
+    }
+
+    /// An owned body becomes the value without a copy: the same allocation.
+    #[test]
+    fn owned_bodies_are_taken_over_not_copied() {
+        let body = vec![7u8; 1 << 20];
+        let at = body.as_ptr();
+        let b: Bytes = Raw::decode_owned(body).unwrap();
+        assert_eq!(b.as_ptr(), at, "Bytes took the body over");
+        let body = vec![b'x'; 1 << 20];
+        let at = body.as_ptr();
+        let s: String = Raw::decode_owned(body).unwrap();
+        assert_eq!(s.as_ptr(), at, "String took the body over");
+        let all: Vec<u8> = (0..=255).collect();
+        assert_eq!(Raw::decode_owned::<Vec<u8>>(all.clone()).unwrap(), all);
+        assert_eq!(Raw::decode_owned::<Bytes>(all.clone()).unwrap(), all);
     }
 }

@@ -271,7 +271,7 @@ async fn deliver<Req, Resp, C>(
 {
     let sid = e.id.clone();
     let tp = crate::trace::from_entry(e.get(crate::trace::FIELD));
-    let req = match Request::from_entry(e, inner.shared.queue.max_body_bytes) {
+    let mut req = match Request::from_entry(e, inner.shared.queue.max_body_bytes) {
         Ok(r) => r,
         Err(reason) => return reject(inner, &sid, &reason, deliveries).await,
     };
@@ -290,7 +290,7 @@ async fn deliver<Req, Resp, C>(
         }));
         return;
     }
-    let value = match C::decode::<Req>(&req.body) {
+    let value = match C::decode_owned::<Req>(std::mem::take(&mut req.body)) {
         Ok(v) => v,
         Err(err) => {
             return reject(inner, &sid, &format!("undecodable body: {err}"), deliveries).await

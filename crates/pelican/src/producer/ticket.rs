@@ -104,7 +104,7 @@ impl<Resp: DeserializeOwned, C: Codec> Future for Ticket<Resp, C> {
             Poll::Ready(Ok(res)) => {
                 this.guard.armed = false;
                 let out = res.and_then(|o| o.into_result(&this.rid)).and_then(|b| {
-                    C::decode::<Resp>(&b).map_err(|e| Error::codec("decoding the response", e))
+                    C::decode_owned::<Resp>(b).map_err(|e| Error::codec("decoding the response", e))
                 });
                 return Poll::Ready(out);
             }
