@@ -204,9 +204,8 @@ impl Load {
                 req.extend_from_slice(&i.to_le_bytes());
                 req.extend_from_slice(self.data.as_bytes());
                 let want = raw_answer(&req);
-                let req = Bytes::from(req);
                 let t0 = Instant::now();
-                let r = p.call(&req).await;
+                let r = p.call_bytes(Bytes::from(req)).await;
                 let took = t0.elapsed();
                 let r = match r {
                     Ok(r) if r == want => Ok(()),

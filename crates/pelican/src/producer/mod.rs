@@ -18,7 +18,8 @@ pub use pending::Submitted;
 pub use ticket::Ticket;
 
 use crate::clock::{ms, now_ms};
-use crate::codec::{Codec, Json};
+use crate::codec::{Codec, Json, Raw};
+use bytes::Bytes;
 use crate::config::{validate_request_id, ProducerConfig, QueueConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
@@ -226,6 +227,10 @@ where
     /// flight are solved once), a fresh random id otherwise.
     pub async fn submit(&self, req: &Req) -> Result<Ticket<Resp, C>> {
         let body = self.encode(req)?;
+        self.submit_encoded(body).await
+    }
+
+    async fn submit_encoded(&self, body: Vec<u8>) -> Result<Ticket<Resp, C>> {
         let rid = if self.parts[0].inner.config.dedup {
             ids::request_id(&body)
         } else {
@@ -270,6 +275,11 @@ where
 
     fn encode(&self, req: &Req) -> Result<Vec<u8>> {
         let body = C::encode(req).map_err(|e| Error::codec("encoding the request", e))?;
+        self.within_limit(body)
+    }
+
+    /// `body`, unless it is larger than the queue's `max_body_bytes`.
+    fn within_limit(&self, body: Vec<u8>) -> Result<Vec<u8>> {
         let max = self.parts[0].inner.shared.queue.max_body_bytes;
         if body.len() > max {
             return Err(Error::new(
@@ -360,6 +370,26 @@ fn _assert_send() {
     fn is_send<T: Send>() {}
     is_send::<Producer<u8, u8>>();
     is_send::<Ticket<u8>>();
+}
+
+impl<Resp: DeserializeOwned> Producer<Bytes, Resp, Raw> {
+    /// [`Producer::submit`] for a body that is bytes already, taken over rather than
+    /// encoded: a `Bytes` made from a `Vec<u8>` and not shared (cloned) since becomes the
+    /// request body without a copy (a shared one is copied once). For large bodies.
+    pub async fn submit_bytes(&self, body: Bytes) -> Result<Ticket<Resp, Raw>> {
+        let body = self.within_limit(Vec::from(body))?;
+        self.submit_encoded(body).await
+    }
+
+    /// [`Producer::call`] for a body that is bytes already (see
+    /// [`Producer::submit_bytes`]).
+    pub async fn call_bytes(&self, body: Bytes) -> Result<Resp> {
+        let span =
+            tracing::info_span!("pelican.call", queue = %self.parts[0].inner.shared.queue.name);
+        async { self.submit_bytes(body).await?.await }
+            .instrument(span)
+            .await
+    }
 }
 
 #[cfg(test)]
