@@ -18,9 +18,9 @@
 --   listpack nodes without looking inside them;
 -- - XDEL, which finds each entry by walking its node (10-20 % of Redis' work per request
 --   when it was the only way): only for entries that are not small, or when the oldest
---   pending entry is older than TRIM_WAIT_MS (work that runs long would hold back the
---   trim, and what piles up behind it is bounded by the rate times TRIM_WAIT_MS times a
---   small entry).
+--   pending entry was submitted more than TRIM_WAIT_MS before the last one finished here
+--   (work that runs long would hold back the trim; what piles up behind it is bounded by
+--   the rate times TRIM_WAIT_MS times a small entry).
 local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], group = ARGV[1],
   ttl = tonumber(ARGV[2]), maxlen = ARGV[3], now = tonumber(ARGV[4]) }
 local stream, group = q.stream, q.group
@@ -59,7 +59,7 @@ for j = 1, #acks, 500 do
   redis.call('XACK', stream, group, unpack(acks, j, math.min(j + 499, #acks)))
 end
 if #done > 0 then
-  if trim_finished(q) then big = done end
+  if trim_finished(q, done[#done]) then big = done end
   for j = 1, #big, 500 do
     redis.call('XDEL', stream, unpack(big, j, math.min(j + 499, #big)))
   end

@@ -89,8 +89,8 @@ local function after_last_delivered(stream, group)
   return '0-1'
 end
 
--- How old (ms) the oldest pending entry may be for small finished entries to wait for a
--- trim rather than be deleted one by one (complete.lua).
+-- How much older (ms) than a finished entry the oldest pending entry may be for small
+-- finished entries to wait for a trim rather than be deleted one by one (complete.lua).
 local TRIM_WAIT_MS = 1000
 
 -- Trims the finished entries off the head of the stream: XTRIM MINID ~ below the oldest
@@ -100,13 +100,16 @@ local TRIM_WAIT_MS = 1000
 -- id order, so every entry below either was delivered and is no longer pending. "~"
 -- frees whole listpack nodes only, without looking inside them: the last node waits for
 -- a later call or the janitor. Every script that ends pending entries calls it.
--- Returns whether the oldest pending entry is older than TRIM_WAIT_MS (needs q.now).
-local function trim_finished(q)
+-- Returns whether the oldest pending entry was submitted more than TRIM_WAIT_MS before
+-- entry `finished` (optional; an entry this call finished), by the ids' times: Redis'
+-- clock, not the caller's, so a skewed client clock changes nothing.
+local function trim_finished(q, finished)
   local oldest = redis.call('XPENDING', q.stream, q.group, '-', '+', 1)[1]
   local bound, old = nil, false
   if oldest then
     bound = oldest[1]
-    old = q.now ~= nil and tonumber(string.match(bound, '^%d+')) < q.now - TRIM_WAIT_MS
+    old = finished ~= nil and tonumber(string.match(bound, '^%d+')) <
+      tonumber(string.match(finished, '^%d+')) - TRIM_WAIT_MS
   else
     bound = after_last_delivered(q.stream, q.group)
   end

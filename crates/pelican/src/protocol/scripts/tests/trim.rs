@@ -7,12 +7,17 @@ use super::*;
 impl Fixture {
     /// Adds `n` entries without an index (as a producer with dedup off does).
     async fn add(&self, n: usize) {
+        self.add_at("*", n).await
+    }
+
+    /// Adds `n` entries with ids `id` (`*`, or `<ms>-*` for a time of one's choosing).
+    async fn add_at(&self, id: &str, n: usize) {
         for i in 0..n {
             let _: String = self
                 .query(
                     redis::cmd("XADD")
                         .arg(&self.keys.stream)
-                        .arg("*")
+                        .arg(id)
                         .arg("rid")
                         .arg(format!("r{i}"))
                         .arg("from")
@@ -107,10 +112,12 @@ async fn finished_small_entries_are_trimmed_below_the_oldest_pending_one() {
     assert_eq!(rest, vec![undelivered]);
     f.complete_small(&rest, true, now).await;
 
-    // The oldest pending entry is older than TRIM_WAIT_MS: finished ones go by XDEL.
-    f.add(3).await;
+    // The oldest pending entry was submitted more than TRIM_WAIT_MS before a finished
+    // one: finished ones go by XDEL.
+    f.add_at(&format!("{}-*", now + 10_000), 1).await;
+    f.add_at(&format!("{}-*", now + 11_100), 2).await;
     let sids = f.deliver().await;
-    f.complete_small(&sids[1..2], true, now + 5_000).await;
+    f.complete_small(&sids[1..2], true, now).await;
     assert_eq!(f.stream_ids().await, vec![sids[0].clone(), sids[2].clone()]);
 
     // An entry that is not small goes at once, however young the oldest pending one.
