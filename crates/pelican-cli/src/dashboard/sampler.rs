@@ -2,16 +2,19 @@
 //!
 //! Per partition (key tag) one pipeline of O(1) commands: `XLEN` of the dead letters,
 //! `XINFO STREAM` (length, entries added, first entry id), `XINFO GROUPS` (lag),
-//! `XPENDING` summary (in flight, oldest in-flight entry), `XINFO CONSUMERS`. No key
-//! scans (those are what makes `pelican stats` slow on a busy queue); the queue list
-//! is refreshed by a SCAN every [`DISCOVER_EVERY`] samples.
+//! `XPENDING` summary (in flight, oldest in-flight entry), `XINFO CONSUMERS`; then, when
+//! requests are queued, `XRANGE` of the first one after the group's last delivered
+//! entry. No key scans (those are what makes `pelican stats` slow on a busy queue); the
+//! queue list is refreshed by a SCAN every [`DISCOVER_EVERY`] samples.
 //!
 //! Throughput comes from counter deltas: *submitted/s* is the change of the stream's
 //! entries-added counter; *finished/s* is submitted minus the change of the stream's
-//! length (pelican deletes an entry as soon as it is answered, dead-lettered, expired
-//! or withdrawn). Latency is read from entry ids, which carry Redis's clock at
-//! submission: the *oldest request* is the age of the stream's first entry (queued or
-//! in work: the longest anyone has been waiting now), *oldest in flight* the age of the
+//! length (pelican removes an entry once it is answered, dead-lettered, expired or
+//! withdrawn: at once, or by a trim within about a second, docs/PROTOCOL.md, "Finished
+//! entries leave the stream"). Latency is read from entry ids, which carry Redis's clock
+//! at submission: the *oldest request* is the age of the oldest request queued or in
+//! work (the longest anyone has been waiting now; not the stream's first entry, which
+//! may be a finished one waiting for the trim), *oldest in flight* the age of the
 //! oldest delivered, unanswered entry. Both are compared with Redis's own `TIME`, so
 //! clock skew between this host and Redis does not matter.
 
@@ -61,7 +64,7 @@ pub struct PartitionNow {
     pub in_flight: u64,
     /// Submission time (Redis clock, ms) of the oldest entry in flight.
     pub oldest_in_flight_at_ms: Option<u64>,
-    /// Submission time (Redis clock, ms) of the oldest entry in the stream.
+    /// Submission time (Redis clock, ms) of the oldest request queued or in flight.
     pub oldest_entry_at_ms: Option<u64>,
     /// Dead letters.
     pub dead_letters: u64,
@@ -258,12 +261,13 @@ async fn sample_partition(
             p.oldest_entry_at_ms = first.as_deref().and_then(reply::id_ms);
         }
     }
-    let mut lag = None;
+    let (mut lag, mut last_delivered) = (None, None);
     if let Some(groups) = ok(2) {
         for g in reply::array(groups) {
             if reply::field(g, "name").and_then(reply::string).as_deref() == Some(keys.group()) {
                 lag = reply::field_u64(g, "lag");
                 p.in_flight = reply::field_u64(g, "pending").unwrap_or(0);
+                last_delivered = reply::field(g, "last-delivered-id").and_then(reply::string);
             }
         }
     }
@@ -276,6 +280,34 @@ async fn sample_partition(
             .and_then(reply::string)
             .as_deref()
             .and_then(reply::id_ms);
+    }
+    // The oldest request waiting: the oldest in flight, or the first queued one (after
+    // the last delivered entry) if older. Entries before that are finished.
+    if p.length > 0 {
+        let first_queued = match (&last_delivered, p.queued) {
+            (_, 0) => None,
+            (None, _) => p.oldest_entry_at_ms,
+            (Some(last), _) => {
+                let next: Value = redis::cmd("XRANGE")
+                    .arg(keys.stream())
+                    .arg(format!("({last}"))
+                    .arg("+")
+                    .arg("COUNT")
+                    .arg(1)
+                    .query_async(conn)
+                    .await?;
+                reply::array(&next)
+                    .first()
+                    .and_then(|e| reply::array(e).first())
+                    .and_then(reply::string)
+                    .as_deref()
+                    .and_then(reply::id_ms)
+            }
+        };
+        p.oldest_entry_at_ms = match (first_queued, p.oldest_in_flight_at_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
     }
     if let Some(cs) = ok(4) {
         for c in reply::array(cs) {
@@ -395,6 +427,67 @@ mod tests {
         // A queue gone from Redis leaves the board.
         apply(&mut b, 14_000, Sampled::new());
         assert!(b.queues.is_empty());
+    }
+
+    /// Finished entries may wait in the stream for a trim (docs/PROTOCOL.md, "Finished
+    /// entries leave the stream"): the oldest request is the oldest one in flight or
+    /// queued, not the stream's first entry.
+    #[tokio::test]
+    async fn the_oldest_request_is_not_a_finished_entry_waiting_for_the_trim() {
+        let server = pelican_testkit::RedisServer::start();
+        let mut conn = ConnectionManager::new(server.client()).await.unwrap();
+        let keys = Keys::new("pelican", "q");
+        let run = |args: &[&str]| {
+            let mut c = redis::cmd(args[0]);
+            for a in &args[1..] {
+                c.arg(*a);
+            }
+            c
+        };
+        let (s, g) = (keys.stream(), keys.group());
+        let mut cmds = vec![run(&["XGROUP", "CREATE", s, g, "0", "MKSTREAM"])];
+        for id in ["1000-0", "2000-0", "3000-0"] {
+            cmds.push(run(&["XADD", s, id, "rid", "r", "body", "{}"]));
+        }
+        // 1000 finished (delivered, acknowledged, not yet trimmed), 2000 in flight,
+        // 3000 queued.
+        cmds.push(run(&[
+            "XREADGROUP",
+            "GROUP",
+            g,
+            "c",
+            "COUNT",
+            "2",
+            "STREAMS",
+            s,
+            ">",
+        ]));
+        cmds.push(run(&["XACK", s, g, "1000-0"]));
+        for c in &cmds {
+            let _: Value = c.query_async(&mut conn).await.unwrap();
+        }
+        let p = sample_partition(&mut conn, "pelican", "q").await.unwrap();
+        assert_eq!((p.length, p.in_flight, p.queued), (3, 1, 1));
+        assert_eq!(p.oldest_in_flight_at_ms, Some(2000));
+        assert_eq!(
+            p.oldest_entry_at_ms,
+            Some(2000),
+            "the finished one is not waiting"
+        );
+        // Once 2000 is finished too, the queued one is the oldest.
+        let _: Value = run(&["XACK", s, g, "2000-0"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let p = sample_partition(&mut conn, "pelican", "q").await.unwrap();
+        assert_eq!(p.oldest_entry_at_ms, Some(3000));
+        // Nothing delivered yet in a fresh group: the stream's first entry is the oldest.
+        let _: Value = run(&["XGROUP", "SETID", s, g, "0"])
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+        let p = sample_partition(&mut conn, "pelican", "q").await.unwrap();
+        assert_eq!(p.oldest_entry_at_ms, Some(1000));
     }
 
     #[test]
