@@ -19,12 +19,12 @@ pub use ticket::Ticket;
 
 use crate::clock::{ms, now_ms};
 use crate::codec::{Codec, Json, Raw};
-use bytes::Bytes;
 use crate::config::{validate_request_id, ProducerConfig, QueueConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::shared::Shared;
 use crate::task::TaskSet;
+use bytes::Bytes;
 use pending::{CancelJob, Inner, Pending, State, SubmitJob};
 use serde::{de::DeserializeOwned, Serialize};
 use std::marker::PhantomData;
