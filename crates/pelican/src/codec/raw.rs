@@ -35,7 +35,7 @@ impl Codec for Raw {
 
     /// `Bytes`, `ByteBuf` and `String` take the body over: no copy.
     fn decode_owned<T: DeserializeOwned>(bytes: Vec<u8>) -> Result<T, CodecError> {
-        T::deserialize(OwnedDeserializer(bytes))
+        T::deserialize(RawDeserializer(bytes))
     }
 }
 
@@ -263,72 +263,73 @@ macro_rules! refuse_all_but_u8 {
 }
 use refuse_all_but_u8;
 
-/// Offers the body as bytes (or, asked for a string, as UTF-8; asked for a sequence,
-/// as its bytes one by one: `Vec<u8>`).
-struct RawDeserializer<'a>(&'a [u8]);
+/// How a body is handed to a value's visitor: borrowed (`decode`: copied where the value
+/// keeps bytes of its own) or owned (`decode_owned`: taken over).
+trait Body: Sized {
+    fn bytes<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError>;
+    fn byte_buf<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError>;
+    fn string<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError>;
+    fn seq<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError>;
+}
 
-impl<'de> de::Deserializer<'de> for RawDeserializer<'_> {
-    type Error = CodecError;
+fn not_utf8(e: std::str::Utf8Error) -> CodecError {
+    CodecError(format!("the body is not UTF-8: {e}"))
+}
 
-    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        visitor.visit_bytes(self.0)
+impl Body for &[u8] {
+    fn bytes<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError> {
+        v.visit_bytes(self)
     }
-    fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        visitor.visit_bytes(self.0)
+    fn byte_buf<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError> {
+        v.visit_byte_buf(self.to_vec())
     }
-    fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        visitor.visit_byte_buf(self.0.to_vec())
+    fn string<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError> {
+        v.visit_str(std::str::from_utf8(self).map_err(not_utf8)?)
     }
-    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        let s = std::str::from_utf8(self.0)
-            .map_err(|e| CodecError(format!("the body is not UTF-8: {e}")))?;
-        visitor.visit_str(s)
-    }
-    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        self.deserialize_str(visitor)
-    }
-    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        visitor.visit_seq(de::value::SeqDeserializer::new(self.0.iter().copied()))
-    }
-    fn deserialize_newtype_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        visitor: V,
-    ) -> Result<V::Value, CodecError> {
-        visitor.visit_newtype_struct(self)
-    }
-
-    serde::forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char option unit
-        unit_struct tuple tuple_struct map struct enum identifier ignored_any
+    fn seq<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError> {
+        v.visit_seq(de::value::SeqDeserializer::new(self.iter().copied()))
     }
 }
 
-/// [`RawDeserializer`] over a body it owns: hands it over instead of a copy.
-struct OwnedDeserializer(Vec<u8>);
+impl Body for Vec<u8> {
+    fn bytes<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError> {
+        v.visit_byte_buf(self)
+    }
+    fn byte_buf<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError> {
+        v.visit_byte_buf(self)
+    }
+    fn string<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError> {
+        v.visit_string(String::from_utf8(self).map_err(|e| not_utf8(e.utf8_error()))?)
+    }
+    fn seq<'de, V: Visitor<'de>>(self, v: V) -> Result<V::Value, CodecError> {
+        v.visit_seq(de::value::SeqDeserializer::new(self.into_iter()))
+    }
+}
 
-impl<'de> de::Deserializer<'de> for OwnedDeserializer {
+/// Offers the body as bytes (or, asked for a string, as UTF-8; asked for a sequence,
+/// as its bytes one by one: `Vec<u8>`).
+struct RawDeserializer<B>(B);
+
+impl<'de, B: Body> de::Deserializer<'de> for RawDeserializer<B> {
     type Error = CodecError;
 
     fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        visitor.visit_byte_buf(self.0)
+        self.0.bytes(visitor)
     }
     fn deserialize_bytes<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        visitor.visit_byte_buf(self.0)
+        self.0.bytes(visitor)
     }
     fn deserialize_byte_buf<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        visitor.visit_byte_buf(self.0)
+        self.0.byte_buf(visitor)
     }
     fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        let s = String::from_utf8(self.0)
-            .map_err(|e| CodecError(format!("the body is not UTF-8: {}", e.utf8_error())))?;
-        visitor.visit_string(s)
+        self.0.string(visitor)
     }
     fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        self.deserialize_str(visitor)
+        self.0.string(visitor)
     }
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, CodecError> {
-        visitor.visit_seq(de::value::SeqDeserializer::new(self.0.into_iter()))
+        self.0.seq(visitor)
     }
     fn deserialize_newtype_struct<V: Visitor<'de>>(
         self,
