@@ -22,15 +22,9 @@ if not redis.call('SET', lock, runner, 'NX', 'PX', interval) then
 end
 if redis.call('EXISTS', stream) == 0 then return { 1, 0, 0, 0 } end
 
-local function kv(flat)
-  local m = {}
-  for i = 1, #flat, 2 do m[flat[i]] = flat[i + 1] end
-  return m
-end
-
 local last, pending = nil, 0
 for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
-  local m = kv(g)
+  local m = fields_map(g)
   if m['name'] == group then
     last, pending = m['last-delivered-id'], tonumber(m['pending'])
   end
@@ -43,8 +37,7 @@ local minid
 if pending > 0 then
   minid = redis.call('XPENDING', stream, group)[2]
 else
-  local ms, seq = string.match(last, '^(%d+)-(%d+)$')
-  minid = ms .. '-' .. (tonumber(seq) + 1)
+  minid = id_after(last)
 end
 trimmed = redis.call('XTRIM', stream, 'MINID', minid)
 
@@ -69,7 +62,7 @@ flush_replies(q)
 -- 3. consumers that are gone
 local removed = 0
 for _, c in ipairs(redis.call('XINFO', 'CONSUMERS', stream, group)) do
-  local m = kv(c)
+  local m = fields_map(c)
   if tonumber(m['pending']) == 0 and tonumber(m['idle']) > gc_after then
     redis.call('XGROUP', 'DELCONSUMER', stream, group, m['name'])
     removed = removed + 1
