@@ -438,9 +438,12 @@ async fn inv4_recovery_retries_are_counted_and_bounded() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv6_bounded_memory() {
     let server = RedisServer::start();
+    // The gc age is well above how long a live consumer's reads can stall on a loaded
+    // machine (with 1 s, a starved live consumer was once taken for a gone one).
+    let gc_after = Duration::from_secs(3);
     let q = queue(&server, "inv6")
         .with_result_ttl(Duration::from_secs(1))
-        .with_consumer_gc_after(Duration::from_secs(1));
+        .with_consumer_gc_after(gc_after);
     let probe = Probe::new(&server, &q).await;
     let live = Worker::spawn(&q, fast_consumer(), 4, |r: Req, _| async move {
         Ok(echo(&r, "w"))
@@ -504,7 +507,7 @@ async fn inv6_bounded_memory() {
     )
     .await;
     eventually(
-        Duration::from_secs(1) + SLACK,
+        gc_after + SLACK,
         "the gone consumer removed from the group",
         || async {
             admin.janitor().await.unwrap();
