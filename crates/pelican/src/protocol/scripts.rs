@@ -15,7 +15,6 @@
 use super::entry::{self, parse_entries, RawEntry};
 use super::keys::Keys;
 use super::outcome::Outcome;
-use crate::shared::JanitorReport;
 pub(crate) use call::ScriptCall;
 use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
 
@@ -447,111 +446,8 @@ impl Reject<'_> {
     }
 }
 
-// ---------------------------------------------------------------------------------
-// janitor.lua
-
-/// `janitor.lua`: trims the stream, expires undelivered entries past their deadline and
-/// removes gone consumers, unless another run holds the lock for this interval.
-pub(crate) struct Janitor<'a> {
-    pub(crate) now_ms: u64,
-    /// Lifetime of the lock: one run per interval.
-    pub(crate) interval_ms: u64,
-    /// Who runs it (the lock's value).
-    pub(crate) runner: &'a str,
-    pub(crate) consumer_gc_after_ms: u64,
-    pub(crate) result_ttl_ms: u64,
-    pub(crate) reply_maxlen: usize,
-    /// How many undelivered entries to check for expiry.
-    pub(crate) scan: usize,
-}
-
-impl Janitor<'_> {
-    pub(crate) fn call<'s>(&self, s: &'s Scripts) -> ScriptCall<'s, JanitorReport> {
-        let k = &s.keys;
-        let mut c = ScriptCall::new(
-            &s.janitor,
-            &[&k.stream, &k.req_prefix, &k.reply_prefix, &k.janitor_lock],
-            janitor_reply,
-        );
-        c.arg(&k.group)
-            .arg(self.now_ms)
-            .arg(self.interval_ms)
-            .arg(self.runner)
-            .arg(self.consumer_gc_after_ms)
-            .arg(self.result_ttl_ms)
-            .arg(self.reply_maxlen)
-            .arg(self.scan);
-        c
-    }
-}
-
-fn janitor_reply(v: Value) -> RedisResult<JanitorReport> {
-    let n: Vec<u64> = redis::from_redis_value(v)?;
-    match n[..] {
-        [ran, trimmed, expired, consumers_removed] => Ok(JanitorReport {
-            ran: ran == 1,
-            trimmed,
-            expired,
-            consumers_removed,
-        }),
-        _ => Err(RedisError::from((
-            ErrorKind::UnexpectedReturnType,
-            "unexpected reply from janitor.lua",
-            format!("{n:?}"),
-        ))),
-    }
-}
-
-// ---------------------------------------------------------------------------------
-// requeue.lua
-
-/// `requeue.lua`: puts dead letters back as fresh requests with deadline `deadline_ms`.
-/// Replies, per dead letter, the new stream entry (`None`: no such letter, or it had no
-/// body).
-pub(crate) struct Requeue {
-    pub(crate) now_ms: u64,
-    pub(crate) deadline_ms: u64,
-    /// How long a new index outlives the deadline.
-    pub(crate) result_ttl_ms: u64,
-}
-
-impl Requeue {
-    pub(crate) fn call<'s, 'i>(
-        &self,
-        s: &'s Scripts,
-        dead_letters: impl IntoIterator<Item = &'i str>,
-    ) -> ScriptCall<'s, Vec<(String, Option<String>)>> {
-        let k = &s.keys;
-        let mut c = ScriptCall::new(
-            &s.requeue,
-            &[&k.stream, &k.dead, &k.req_prefix],
-            requeue_reply,
-        );
-        c.arg(self.now_ms)
-            .arg(self.deadline_ms)
-            .arg(self.result_ttl_ms);
-        for id in dead_letters {
-            c.arg(id);
-        }
-        c
-    }
-}
-
-fn requeue_reply(v: Value) -> RedisResult<Vec<(String, Option<String>)>> {
-    let flat: Vec<String> = redis::from_redis_value(v)?;
-    if !flat.len().is_multiple_of(2) {
-        return Err(RedisError::from((
-            ErrorKind::UnexpectedReturnType,
-            "unexpected reply from requeue.lua",
-            format!("{flat:?}"),
-        )));
-    }
-    Ok(flat
-        .chunks(2)
-        .map(|c| (c[0].clone(), Some(c[1].clone()).filter(|s| !s.is_empty())))
-        .collect())
-}
-
 mod call;
+mod upkeep;
+pub(crate) use upkeep::{Janitor, Requeue};
 #[cfg(test)]
 mod tests;
