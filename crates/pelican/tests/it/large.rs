@@ -18,6 +18,11 @@ fn body(n: usize, seed: u8) -> Bytes {
         .into()
 }
 
+/// A producer of raw bodies on `q`, with the tests' short timings.
+async fn raw_producer(q: &pelican::QueueConfig) -> Producer<Bytes, Bytes, Raw> {
+    Producer::connect(q.clone(), fast_producer()).await.unwrap()
+}
+
 /// The queue's stored bodies still in Redis.
 fn stored_bodies(server: &RedisServer, q: &pelican::QueueConfig) -> Vec<String> {
     keys_of(server, q)
@@ -78,9 +83,7 @@ async fn raw_bodies_up_to_16_mib_round_trip_and_leave_no_body_behind() {
 async fn a_body_over_the_default_limit_is_refused_before_anything_is_written() {
     let server = RedisServer::start();
     let q = queue(&server, "toolarge");
-    let p = Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer())
-        .await
-        .unwrap();
+    let p = raw_producer(&q).await;
     let Err(e) = p.submit(&body(5 * MIB, 1)).await else {
         panic!("a 5 MiB body was accepted")
     };
@@ -98,12 +101,8 @@ async fn a_body_over_the_default_limit_is_refused_before_anything_is_written() {
 async fn a_stored_body_is_solved_once_and_survives_its_consumer() {
     let server = RedisServer::start();
     let q = queue(&server, "large-dedup");
-    let p1 = Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer())
-        .await
-        .unwrap();
-    let p2 = Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer())
-        .await
-        .unwrap();
+    let p1 = raw_producer(&q).await;
+    let p2 = raw_producer(&q).await;
     let b = body(2 * MIB, 7);
     let t1 = p1.submit(&b).await.unwrap();
     let t2 = p2.submit(&b).await.unwrap();
@@ -177,9 +176,7 @@ async fn dead_letter_it(
 async fn a_stored_body_goes_to_the_dead_letters_and_back() {
     let server = RedisServer::start();
     let q = queue(&server, "large-dead");
-    let p = Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer())
-        .await
-        .unwrap();
+    let p = raw_producer(&q).await;
     let b = Bytes::from(vec![b'z'; 50_000]);
     let t = p.submit(&b).await.unwrap();
     let one = || fast_consumer().with_max_deliveries(1);

@@ -115,6 +115,15 @@ impl Fixture {
 
     /// Delivers every new entry to consumer `c`; their ids.
     async fn deliver(&self) -> Vec<String> {
+        self.deliver_entries()
+            .await
+            .into_iter()
+            .map(|e| e.id)
+            .collect()
+    }
+
+    /// Delivers every new entry to consumer `c`, as read.
+    async fn deliver_entries(&self) -> Vec<RawEntry> {
         let v: Value = self
             .query(
                 redis::cmd("XREADGROUP")
@@ -127,9 +136,6 @@ impl Fixture {
             )
             .await;
         entry::read_into_entries(v)
-            .into_iter()
-            .map(|e| e.id)
-            .collect()
     }
 
     /// Creates producer `p`'s reply stream, as a producer does.

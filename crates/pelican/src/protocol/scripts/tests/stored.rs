@@ -58,18 +58,7 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
     assert_eq!(f.index("other").await, None, "refused, not queued");
 
     // delivered; the reader's MGET finds the body at the entry's key
-    let read: Value = f
-        .query(
-            redis::cmd("XREADGROUP")
-                .arg("GROUP")
-                .arg(&f.keys.group)
-                .arg("c")
-                .arg("STREAMS")
-                .arg(&f.keys.stream)
-                .arg(">"),
-        )
-        .await;
-    let mut entries = entry::read_into_entries(read);
+    let mut entries = f.deliver_entries().await;
     let (at, mget) = entry::stored_bodies(&f.keys, &entries).expect("one stored body");
     let bodies: Value = f.query(&mget).await;
     entry::attach_bodies(&mut entries, &at, bodies);
