@@ -113,6 +113,23 @@ impl Fixture {
         v.map(|v| IndexValue::decode(&v).expect("a value pelican wrote"))
     }
 
+    /// Records the outcomes of `entries` at `now_ms` (`complete.lua`): which were recorded.
+    async fn complete<'e>(
+        &self,
+        now_ms: u64,
+        entries: impl IntoIterator<Item = CompleteEntry<'e>>,
+    ) -> Vec<bool> {
+        Complete {
+            result_ttl_ms: TTL_MS,
+            reply_maxlen: 100,
+            now_ms,
+        }
+        .call(&self.scripts, entries)
+        .invoke(&mut self.conn.clone())
+        .await
+        .expect("the script finishes")
+    }
+
     /// Delivers every new entry to consumer `c`; their ids.
     async fn deliver(&self) -> Vec<String> {
         self.deliver_entries()
@@ -242,13 +259,8 @@ async fn complete_records_the_first_outcome_and_submit_reads_it_back() {
         let sid = sid.clone();
         let f = &f;
         async move {
-            Complete {
-                result_ttl_ms: TTL_MS,
-                reply_maxlen: 100,
-                now_ms: now,
-            }
-            .call(
-                &f.scripts,
+            f.complete(
+                now,
                 [CompleteEntry {
                     sid: &sid,
                     rid: "r",
@@ -259,9 +271,7 @@ async fn complete_records_the_first_outcome_and_submit_reads_it_back() {
                     outcome: &outcome,
                 }],
             )
-            .invoke(&mut f.conn.clone())
             .await
-            .unwrap()
         }
     };
     assert_eq!(complete(ok.clone()).await, vec![true]);
@@ -309,29 +319,23 @@ async fn a_reply_key_of_another_type_loses_no_other_reply() {
     let sids = f.deliver().await;
     assert_eq!(sids.len(), 2);
     let ok = Outcome::Ok(b"{}".to_vec()).encode();
-    let recorded = Complete {
-        result_ttl_ms: TTL_MS,
-        reply_maxlen: 100,
-        now_ms: 1_700_000_000_000,
-    }
-    .call(
-        &f.scripts,
-        [("a", "ghost"), ("b", "p1")]
-            .iter()
-            .zip(&sids)
-            .map(|((rid, from), sid)| CompleteEntry {
-                sid,
-                rid,
-                from,
-                indexed: false,
-                stored_body: false,
-                small: false,
-                outcome: &ok,
-            }),
-    )
-    .invoke(&mut f.conn.clone())
-    .await
-    .expect("the script finishes");
+    let recorded = f
+        .complete(
+            1_700_000_000_000,
+            [("a", "ghost"), ("b", "p1")]
+                .iter()
+                .zip(&sids)
+                .map(|((rid, from), sid)| CompleteEntry {
+                    sid,
+                    rid,
+                    from,
+                    indexed: false,
+                    stored_body: false,
+                    small: false,
+                    outcome: &ok,
+                }),
+        )
+        .await;
     assert_eq!(recorded, vec![true, true]);
     assert_eq!(f.replies("p1").await, vec![("b".to_string(), ok)]);
 }

@@ -67,26 +67,20 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
     assert_eq!(req.body, body);
 
     let ok = Outcome::Ok(b"{}".to_vec()).encode();
-    let done = Complete {
-        result_ttl_ms: TTL_MS,
-        reply_maxlen: 100,
-        now_ms: now,
-    }
-    .call(
-        &f.scripts,
-        [CompleteEntry {
-            sid: &sid,
-            rid: "big",
-            from: "p1",
-            indexed: true,
-            stored_body: true,
-            small: false,
-            outcome: &ok,
-        }],
-    )
-    .invoke(&mut f.conn.clone())
-    .await
-    .unwrap();
+    let done = f
+        .complete(
+            now,
+            [CompleteEntry {
+                sid: &sid,
+                rid: "big",
+                from: "p1",
+                indexed: true,
+                stored_body: true,
+                small: false,
+                outcome: &ok,
+            }],
+        )
+        .await;
     assert_eq!(done, vec![true]);
     assert!(
         !exists(f.keys.body(&sid)).await,

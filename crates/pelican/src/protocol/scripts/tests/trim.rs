@@ -34,26 +34,20 @@ impl Fixture {
     /// Completes `sids` as small or not, at `now_ms`; every one must be recorded.
     async fn complete_small(&self, sids: &[String], small: bool, now_ms: u64) {
         let ok = Outcome::Ok(b"{}".to_vec()).encode();
-        let recorded = Complete {
-            result_ttl_ms: TTL_MS,
-            reply_maxlen: 100,
-            now_ms,
-        }
-        .call(
-            &self.scripts,
-            sids.iter().map(|sid| CompleteEntry {
-                sid,
-                rid: "r",
-                from: "p1",
-                indexed: false,
-                stored_body: false,
-                small,
-                outcome: &ok,
-            }),
-        )
-        .invoke(&mut self.conn.clone())
-        .await
-        .unwrap();
+        let recorded = self
+            .complete(
+                now_ms,
+                sids.iter().map(|sid| CompleteEntry {
+                    sid,
+                    rid: "r",
+                    from: "p1",
+                    indexed: false,
+                    stored_body: false,
+                    small,
+                    outcome: &ok,
+                }),
+            )
+            .await;
         assert_eq!(recorded, vec![true; sids.len()]);
     }
 
