@@ -251,11 +251,18 @@ where
     /// Submits a request and waits for its response, in a span `pelican.call` (whose
     /// trace the worker's handler span continues, with the `otel` feature).
     pub async fn call(&self, req: &Req) -> Result<Resp> {
+        self.in_call_span(async { self.submit(req).await?.await })
+            .await
+    }
+
+    /// Runs a call in its span `pelican.call`.
+    async fn in_call_span(
+        &self,
+        call: impl std::future::Future<Output = Result<Resp>>,
+    ) -> Result<Resp> {
         let span =
             tracing::info_span!("pelican.call", queue = %self.parts[0].inner.shared.queue.name);
-        async { self.submit(req).await?.await }
-            .instrument(span)
-            .await
+        call.instrument(span).await
     }
 
     /// Stops the producer: every request still waiting resolves with
@@ -384,10 +391,7 @@ impl<Resp: DeserializeOwned> Producer<Bytes, Resp, Raw> {
     /// [`Producer::call`] for a body that is bytes already (see
     /// [`Producer::submit_bytes`]).
     pub async fn call_bytes(&self, body: Bytes) -> Result<Resp> {
-        let span =
-            tracing::info_span!("pelican.call", queue = %self.parts[0].inner.shared.queue.name);
-        async { self.submit_bytes(body).await?.await }
-            .instrument(span)
+        self.in_call_span(async { self.submit_bytes(body).await?.await })
             .await
     }
 }
