@@ -16,6 +16,18 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+/// With `RUST_LOG` set (e.g. `RUST_LOG=pelican=debug`), the library's logs go to the
+/// test's captured output, shown when it fails; without it, nothing is logged. For the
+/// fault tests, whose failures depend on timing and are hard to reproduce.
+pub fn logs() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
+}
+
 /// The request type of most tests.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Req {
