@@ -76,10 +76,22 @@ pub(super) async fn run<Req, Resp, C>(
             }
         }
         let mut permits = Hand(Some(bundle));
+        if conn.is_none() {
+            match sh.blocking_connection(cfg.block).await {
+                Ok(c) => conn = Some(c),
+                Err(e) => {
+                    tracing::warn!(error = %format_args!("{e:#}"), "consumer cannot connect; retrying");
+                    drop(permits);
+                    wait_or_stop(&inner, backoff.next()).await;
+                    continue;
+                }
+            }
+        }
         if cfg.reclaim && Instant::now() >= next_reclaim {
             // Nothing in hand: it may take a request for its last delivery, alone.
             let idle = permits.len() + inner.slots.available_permits() >= cfg.prefetch;
-            match reclaim(&inner, &cursor, permits.len(), idle).await {
+            let c = conn.as_mut().expect("connected");
+            match reclaim(&inner, c, &cursor, permits.len(), idle).await {
                 Ok((next, claimed, solo, waiting_alone)) => {
                     if next == "-" {
                         next_reclaim = Instant::now() + cfg.reclaim_interval();
@@ -120,21 +132,13 @@ pub(super) async fn run<Req, Resp, C>(
                     tracing::warn!(error = %format_args!("{e:#}"), "reclaim failed");
                     next_reclaim =
                         Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
+                    // Its connection may be broken: the next turn opens another.
+                    conn = None;
+                    continue;
                 }
             }
             if permits.is_empty() {
                 continue;
-            }
-        }
-        if conn.is_none() {
-            match sh.blocking_connection(cfg.block).await {
-                Ok(c) => conn = Some(c),
-                Err(e) => {
-                    tracing::warn!(error = %format_args!("{e:#}"), "consumer cannot connect; retrying");
-                    drop(permits);
-                    wait_or_stop(&inner, backoff.next()).await;
-                    continue;
-                }
             }
         }
         let block = if cfg.reclaim {

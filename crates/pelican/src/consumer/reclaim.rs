@@ -3,6 +3,7 @@
 
 use super::state::ConsumerState;
 use crate::clock::{ms, now_ms};
+use crate::conn::OwnConn;
 use crate::error::{Error, Result};
 use crate::protocol::entry::{self, RawEntry};
 use crate::protocol::scripts::Reclaim;
@@ -12,10 +13,12 @@ use crate::protocol::scripts::Reclaim;
 /// waiting for its last delivery.
 pub(super) type Reclaimed = (String, Vec<(RawEntry, u32)>, Option<String>, bool);
 
-/// One reclaim call. `idle`: the consumer holds nothing, so it may take an entry for
-/// its last delivery.
+/// One reclaim call, on the reader's own connection `conn` (the scan and the read of
+/// stored bodies are the reader's commands, one at a time, off the shared connection).
+/// `idle`: the consumer holds nothing, so it may take an entry for its last delivery.
 pub(super) async fn reclaim(
     inner: &ConsumerState,
+    conn: &mut OwnConn,
     cursor: &str,
     count: usize,
     idle: bool,
@@ -36,7 +39,7 @@ pub(super) async fn reclaim(
         idle,
     }
     .call(&sh.scripts)
-    .invoke(&mut sh.conn())
+    .invoke_on(conn, &mut sh.conn())
     .await
     .map_err(|e| Error::redis("reclaiming idle entries", e))?;
     if r.dead > 0 {
@@ -50,8 +53,8 @@ pub(super) async fn reclaim(
     if let Some((at, mget)) = entry::stored_bodies(&sh.keys, &entries) {
         // The stored bodies of what was claimed (see the reader). On failure the
         // entries stay claimed by this consumer and are reclaimed again later.
-        let bodies = mget
-            .query_async(&mut sh.conn())
+        let bodies = conn
+            .query(&mget)
             .await
             .map_err(|e| Error::redis("reading stored bodies", e))?;
         entry::attach_bodies(&mut entries, &at, bodies);
