@@ -2,6 +2,7 @@
 //! handing work back, consumers that are long gone.
 
 use super::*;
+use crate::common::Gate;
 use pelican::nitro::Producer;
 use pelican_testkit::nitro::{Answer, NitroConsumer, NitroProducer};
 use pelican_testkit::{eventually, eventually_sync};
@@ -232,16 +233,19 @@ async fn gone_consumers_are_removed() {
 async fn a_redis_restart_without_persistence_loses_no_caller() {
     let mut env = Env::new("nitro-restart");
     let runs = Runs::default();
-    let r2 = runs.clone();
+    // Handlers hold their requests until Redis has restarted: work is under way across
+    // the restart.
+    let restarted = Gate::default();
+    let (r2, g2) = (runs.clone(), restarted.clone());
     let w = Worker::spawn(
         env.config(),
         consumer_config(Duration::from_secs(60)),
         4,
         move |r: Req, _job| {
-            let runs = r2.clone();
+            let (runs, restarted) = (r2.clone(), g2.clone());
             async move {
                 runs.hit(r.i);
-                tokio::time::sleep(Duration::from_millis(200)).await;
+                restarted.wait().await;
                 Ok(r)
             }
         },
@@ -263,6 +267,7 @@ async fn a_redis_restart_without_persistence_loses_no_caller() {
     })
     .await;
     env.server.restart();
+    restarted.open();
     for (t, r) in tickets.into_iter().zip(&reqs) {
         let got = tokio::time::timeout(Duration::from_secs(60), t)
             .await
