@@ -3,7 +3,7 @@
 //! complete.
 
 use crate::common::*;
-use pelican::{ErrorKind, Producer, QueueConfig};
+use pelican::{Consumer, ErrorKind, Producer, QueueConfig};
 use pelican_testkit::{Proxy, RedisServer};
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -136,7 +136,9 @@ async fn calls_after_dropped_connections_succeed() {
 }
 
 /// Redis forgets every script (SCRIPT FLUSH, as after a restart or a failover): the
-/// next submission and the next outcome write load them again, and calls go on.
+/// next submission and the next outcome write load them again, and calls go on; so does
+/// the next reclaim scan (on the reader's own connection), which takes over a request
+/// whose consumer died.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_go_on_after_the_scripts_are_flushed() {
     logs();
@@ -156,5 +158,29 @@ async fn calls_go_on_after_the_scripts_are_flushed() {
         assert_eq!(out.unwrap(), echo(&req, "w"), "round {round}");
         let _: () = probe.query(redis::cmd("SCRIPT").arg("FLUSH")).await;
     }
+    w.stop().await;
+
+    let mut dier = Consumer::<Req, Resp>::connect(q.clone(), fast_consumer())
+        .await
+        .unwrap();
+    let req = Req::new(10, "reclaimed after a flush");
+    let ticket = p.submit(&req).await.unwrap();
+    let d = within(Duration::from_secs(5), "a delivery", dier.next())
+        .await
+        .unwrap()
+        .unwrap();
+    die(dier, d);
+    let _: () = probe.query(redis::cmd("SCRIPT").arg("FLUSH")).await;
+    let w = Worker::spawn(&q, fast_consumer(), 4, |r: Req, _| async move {
+        Ok(echo(&r, "w"))
+    })
+    .await;
+    let out = within(
+        Duration::from_secs(10),
+        "the reclaimed request's answer",
+        ticket,
+    )
+    .await;
+    assert_eq!(out.unwrap(), echo(&req, "w"));
     w.stop().await;
 }
