@@ -7,8 +7,8 @@ use std::time::Duration;
 /// answers pelican's commands in microseconds to milliseconds; a command sent as its
 /// connection is being closed by the other end (a restart, a killed client, a proxy)
 /// can instead wait for the whole command timeout in the client library's multiplexed
-/// connection (seen with redis-rs 1.8.1: 1 run in 5 of 400 `CLIENT KILL`s). The
-/// reconnected connection answers at once.
+/// connection (seen with redis-rs 1.8.1: one stall in every 3 to 5 runs of 400 `CLIENT
+/// KILL`s). The reconnected connection answers at once.
 const QUIET: Duration = Duration::from_secs(2);
 
 /// Tries of an idempotent command, the last one waiting for the full command timeout.
@@ -19,7 +19,7 @@ const TRIES: usize = 3;
 /// command timeout). A `ConnectionManager` (RESP2) learns that its connection died only
 /// from the first command that fails on it, and reconnects in the background; a command
 /// that is safe to repeat need not fail its caller, or wait, for that.
-pub(crate) async fn retry_if_dropped<T, Fut>(mut op: impl FnMut() -> Fut) -> redis::RedisResult<T>
+pub(crate) async fn retry_idempotent<T, Fut>(mut op: impl FnMut() -> Fut) -> redis::RedisResult<T>
 where
     Fut: std::future::Future<Output = redis::RedisResult<T>>,
 {

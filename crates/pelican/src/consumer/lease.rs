@@ -1,7 +1,7 @@
 //! Leases: what a consumer holds, kept alive by renewal (`renew.lua`, owner-checked),
 //! and the handler cancellation that fires when one is lost.
 
-use crate::conn::retry::retry_if_dropped;
+use crate::conn::retry::retry_idempotent;
 use crate::error::{Error, Result};
 use crate::protocol::scripts::Renew;
 use crate::shared::Shared;
@@ -76,7 +76,7 @@ pub(super) async fn renew(sh: &Shared, name: &str, leases: &Leases) -> Result<()
     }
     // Idempotent: renewing a lease twice renews it twice.
     let call = &Renew { consumer: name }.call(&sh.scripts, ids.iter().map(String::as_str));
-    let lost = retry_if_dropped(move || async move { call.invoke(&mut sh.conn()).await })
+    let lost = retry_idempotent(move || async move { call.invoke(&mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("renewing leases", e))?;
     if !lost.is_empty() {

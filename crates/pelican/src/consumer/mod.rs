@@ -18,7 +18,7 @@ pub use delivery::{Delivery, HandlerError, Job, LeaseLost};
 use crate::clock::ms;
 use crate::codec::{Codec, Json};
 use crate::config::{ConsumerConfig, QueueConfig};
-use crate::conn::retry::retry_if_dropped;
+use crate::conn::retry::retry_idempotent;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::protocol::scripts::Release;
@@ -343,7 +343,7 @@ async fn leave(part: &ConsumerState) -> Result<u64> {
     .call(&sh.scripts, []);
     // Idempotent: releasing an entry twice backdates it twice.
     let release = &release;
-    let released = match retry_if_dropped(
+    let released = match retry_idempotent(
         move || async move { release.invoke(&mut sh.conn()).await },
     )
     .await

@@ -2,7 +2,7 @@
 
 use super::pending::{CancelJob, Inner};
 use super::submit::MAX_BATCH;
-use crate::conn::retry::retry_if_dropped;
+use crate::conn::retry::retry_idempotent;
 use crate::error::{Error, Result};
 use crate::protocol::scripts::{Cancel, CancelRequest};
 use std::sync::Arc;
@@ -32,7 +32,7 @@ pub(super) async fn cancel_batch(inner: &Inner, jobs: &[CancelJob]) -> Result<()
     );
     // Idempotent: a waiter already removed or a request already withdrawn is skipped.
     let call = &call;
-    retry_if_dropped(move || async move { call.invoke(&mut sh.conn()).await })
+    retry_idempotent(move || async move { call.invoke(&mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("withdrawing requests", e))?;
     Ok(())

@@ -5,7 +5,7 @@
 use super::pending::{Inner, SubmitJob, Submitted};
 use super::stored::{submit_with_bodies, xadd_with_bodies, Framed, StoredBody, SLOT_MOVED};
 use crate::clock::{ms, now_ms};
-use crate::conn::retry::retry_if_dropped;
+use crate::conn::retry::retry_idempotent;
 use crate::error::{Error, Result};
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
 use std::sync::atomic::Ordering;
@@ -164,7 +164,7 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     // dropped connection.
     let call = &call;
     if stored.is_empty() {
-        return retry_if_dropped(move || async move { call.invoke(&mut sh.conn()).await })
+        return retry_idempotent(move || async move { call.invoke(&mut sh.conn()).await })
             .await
             .map_err(|e| Error::redis("submitting requests", e));
     }
@@ -194,7 +194,7 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
         })
         .collect();
     let pipe = &call.after(sets);
-    retry_if_dropped(move || async move { call.invoke_pipeline(pipe, &mut sh.conn()).await })
+    retry_idempotent(move || async move { call.invoke_pipeline(pipe, &mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("submitting requests", e))
 }

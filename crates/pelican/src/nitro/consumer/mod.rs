@@ -19,7 +19,7 @@ pub use delivery::Job;
 use super::config::{ConsumerConfig, StreamConfig};
 use super::link::Link;
 use crate::clock::ms;
-use crate::conn::retry::retry_if_dropped;
+use crate::conn::retry::retry_idempotent;
 use crate::consumer::{HandlerError, Stopper};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
@@ -294,7 +294,7 @@ where
             .arg("1");
         let inv = &inv;
         let released: i64 =
-            retry_if_dropped(move || async move { inv.invoke_async(&mut link.conn()).await })
+            retry_idempotent(move || async move { inv.invoke_async(&mut link.conn()).await })
                 .await
                 .map_err(|e| Error::redis("handing entries back on shutdown", e))?;
         tracing::debug!(consumer = %st.name, released, "nitro consumer stopped");
