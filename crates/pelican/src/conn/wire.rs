@@ -15,7 +15,7 @@
 
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 use std::time::Duration;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
@@ -34,10 +34,16 @@ const MAX_NESTING: usize = 64;
 
 /// Bytes reserved for a bulk string, and elements for an array, before they arrive:
 /// past this the buffer grows with what is received, never with what a header claims.
-const BULK_RESERVE: usize = 64 * 1024;
+/// A bulk string of up to this size is read into one allocation, never moved by a
+/// growth (a 100 KB body grown from 64 KiB was copied once more).
+const BULK_RESERVE: usize = 1 << 20;
 const ARRAY_RESERVE: usize = 64;
 /// How much more room a bulk string's buffer gets at a time past [`BULK_RESERVE`].
 const BULK_GROW: usize = 1 << 20;
+/// The least rest of a bulk string read from the socket straight into its buffer; a
+/// smaller one goes through the reader's buffer, which reads what follows with it (one
+/// read for the rest and the next reply's start, not two).
+const DIRECT_READ_MIN: usize = 16 * 1024;
 
 /// A plain TCP connection that runs one command at a time.
 pub(crate) struct LeanConn {
@@ -221,9 +227,9 @@ pub(crate) fn bulk_header(len: usize) -> Vec<u8> {
 /// ([`MAX_BULK_LEN`], [`MAX_ARRAY_LEN`], [`MAX_NESTING`]).
 ///
 /// Arrays are assembled on an explicit stack.
-pub(crate) async fn read_reply<R>(r: &mut R, line: &mut Vec<u8>) -> RedisResult<Value>
+pub(crate) async fn read_reply<R>(r: &mut BufReader<R>, line: &mut Vec<u8>) -> RedisResult<Value>
 where
-    R: AsyncBufRead + Unpin,
+    R: AsyncRead + Unpin,
 {
     // open arrays: elements so far, elements still to come
     let mut stack: Vec<(Vec<Value>, usize)> = Vec::new();
@@ -263,9 +269,9 @@ enum Item {
     Array(usize),
 }
 
-async fn read_item<R>(r: &mut R, line: &mut Vec<u8>) -> RedisResult<Item>
+async fn read_item<R>(r: &mut BufReader<R>, line: &mut Vec<u8>) -> RedisResult<Item>
 where
-    R: AsyncBufRead + Unpin,
+    R: AsyncRead + Unpin,
 {
     line.clear();
     let n = r.read_until(b'\n', line).await.map_err(io_error)?;
@@ -323,39 +329,42 @@ fn length(body: &[u8], max: usize) -> RedisResult<Option<usize>> {
 
 /// The `len` bytes of a bulk string and their CRLF, in a buffer that grows as they
 /// arrive: a header claiming more than is sent costs what is sent, not what it claims
-/// (beyond [`BULK_RESERVE`], the buffer is reserved a megabyte at a time). What is
-/// buffered already is copied; the rest is read from the socket straight into the
-/// buffer, not through the reader's own (a large body is copied once, not twice).
-async fn read_bulk<R>(r: &mut R, len: usize) -> RedisResult<Vec<u8>>
+/// (beyond [`BULK_RESERVE`], the buffer is reserved a megabyte at a time). What the
+/// reader holds already is copied; a rest of [`DIRECT_READ_MIN`] bytes or more is read
+/// from the socket straight into the buffer, around the reader's own (a large body is
+/// copied once, not twice: the reader's buffer would take the rest in pieces of its size
+/// and copy each one on).
+async fn read_bulk<R>(r: &mut BufReader<R>, len: usize) -> RedisResult<Vec<u8>>
 where
-    R: AsyncBufRead + Unpin,
+    R: AsyncRead + Unpin,
 {
     use bytes::BufMut;
     use tokio::io::AsyncReadExt;
     let want = len + 2;
     let mut data = Vec::with_capacity(want.min(BULK_RESERVE));
     while data.len() < want {
-        let buffered = r.fill_buf().await.map_err(io_error)?;
-        if buffered.is_empty() {
-            return Err(io_error(std::io::ErrorKind::UnexpectedEof.into()));
-        }
-        let n = buffered.len().min(want - data.len());
-        data.extend_from_slice(&buffered[..n]);
-        r.consume(n);
-        // The reader's buffer is empty now: read the rest in place, a megabyte of room
-        // at a time (a reader reads around its buffer when asked for more than it holds).
-        while data.len() < want {
+        let rest = want - data.len();
+        if r.buffer().is_empty() && rest >= DIRECT_READ_MIN {
             if data.capacity() == data.len() {
-                data.reserve((want - data.len()).min(BULK_GROW));
+                data.reserve(rest.min(BULK_GROW));
             }
-            let room = (data.capacity() - data.len()).min(want - data.len());
+            let room = (data.capacity() - data.len()).min(rest);
             let n = r
+                .get_mut()
                 .read_buf(&mut (&mut data).limit(room))
                 .await
                 .map_err(io_error)?;
             if n == 0 {
                 return Err(io_error(std::io::ErrorKind::UnexpectedEof.into()));
             }
+        } else {
+            let buffered = r.fill_buf().await.map_err(io_error)?;
+            if buffered.is_empty() {
+                return Err(io_error(std::io::ErrorKind::UnexpectedEof.into()));
+            }
+            let n = buffered.len().min(rest);
+            data.extend_from_slice(&buffered[..n]);
+            r.consume(n);
         }
     }
     if !data.ends_with(b"\r\n") {

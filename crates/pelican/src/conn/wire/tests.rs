@@ -134,6 +134,39 @@ fn a_header_claiming_much_costs_only_what_arrives() {
     }
 }
 
+#[test]
+fn large_bulks_read_around_the_buffer_leave_the_next_reply_whole() {
+    // Sizes about the direct-read bound and past the first reservation, each followed by
+    // another reply in the same stream, through buffers smaller and larger than the rest.
+    for size in [
+        DIRECT_READ_MIN - 1,
+        DIRECT_READ_MIN,
+        100_000,
+        BULK_RESERVE + 3,
+    ] {
+        let body: Vec<u8> = (0..size).map(|i| (i % 251) as u8).collect();
+        let mut bytes = format!("*2\r\n${size}\r\n").into_bytes();
+        bytes.extend_from_slice(&body);
+        bytes.extend_from_slice(b"\r\n:7\r\n$3\r\nend\r\n");
+        for cap in [1, 4096, 64 * 1024] {
+            let mut r = BufReader::with_capacity(cap, bytes.as_slice());
+            let mut line = Vec::new();
+            let first = read_reply(&mut r, &mut line).now_or_never().unwrap();
+            let want = Value::Array(vec![Value::BulkString(body.clone()), Value::Int(7)]);
+            assert!(first.unwrap() == want, "size {size}, buffer {cap}");
+            let next = read_reply(&mut r, &mut line).now_or_never().unwrap();
+            assert_eq!(next.unwrap(), Value::BulkString(b"end".to_vec()));
+            // Cut inside the body: the end of the stream, not a short value.
+            let cut = &bytes[..bytes.len() - 30 - size / 2];
+            let r = read_bytes(cut, cap);
+            assert!(
+                matches!(&r, Err(e) if e.is_connection_dropped()),
+                "size {size}, buffer {cap}: {r:?}"
+            );
+        }
+    }
+}
+
 async fn lean(url: &str, timeout: Duration) -> LeanConn {
     let info = redis::IntoConnectionInfo::into_connection_info(url).unwrap();
     LeanConn::open(&info, Duration::from_secs(5), timeout)
