@@ -196,27 +196,30 @@ impl NitroConsumer {
     /// delivery, as Nitro's does); stops the heartbeat first.
     pub fn hand_back(&mut self, id: &str) {
         self.ack(id);
-        let _: Value = redis::cmd("XCLAIM")
-            .arg(&self.stream)
-            .arg(&self.stream)
-            .arg(&self.name)
-            .arg(0)
-            .arg(id)
+        let _: Value = self
+            .xclaim(id)
             .arg("IDLE")
             .arg(self.idle_ms())
             .query(&mut self.conn)
             .expect("XCLAIM IDLE");
     }
 
-    /// Takes entry `id` whoever holds it, as Nitro's heartbeat does after a stall
-    /// (`XCLAIM s s <me> 0 <id> JUSTID`), and starts beating it.
-    pub fn steal(&mut self, id: &str) {
-        let _: Value = redis::cmd("XCLAIM")
-            .arg(&self.stream)
+    /// `XCLAIM s s <me> 0 <id>`: the options go after it.
+    fn xclaim(&self, id: &str) -> redis::Cmd {
+        let mut c = redis::cmd("XCLAIM");
+        c.arg(&self.stream)
             .arg(&self.stream)
             .arg(&self.name)
             .arg(0)
-            .arg(id)
+            .arg(id);
+        c
+    }
+
+    /// Takes entry `id` whoever holds it, as Nitro's heartbeat does after a stall
+    /// (`XCLAIM s s <me> 0 <id> JUSTID`), and starts beating it.
+    pub fn steal(&mut self, id: &str) {
+        let _: Value = self
+            .xclaim(id)
             .arg("JUSTID")
             .query(&mut self.conn)
             .expect("XCLAIM JUSTID");

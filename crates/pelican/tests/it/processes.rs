@@ -39,18 +39,8 @@ async fn dedup_across_two_processes() {
     let server = RedisServer::start();
     let q = queue(&server, "procs");
     let probe = Probe::new(&server, &q).await;
-    let runs = Runs::default();
-    let gate = Gate::default();
-    let (r2, g2) = (runs.clone(), gate.clone());
-    let w = Worker::spawn(&q, fast_consumer(), 4, move |r: Req, job| {
-        let (runs, gate) = (r2.clone(), g2.clone());
-        async move {
-            runs.hit(job.request_id());
-            gate.wait().await;
-            Ok(echo(&r, &format!("pid {}", std::process::id())))
-        }
-    })
-    .await;
+    let (w, runs, gate) =
+        Worker::gated(&q, fast_consumer(), format!("pid {}", std::process::id())).await;
     let p = Producer::<Req, Resp>::connect(q.clone(), fast_producer())
         .await
         .unwrap();

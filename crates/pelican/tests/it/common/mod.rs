@@ -235,6 +235,24 @@ impl Worker {
         (w, runs)
     }
 
+    /// A worker that counts its runs per request id, holds every request until `gate`
+    /// opens, then answers `echo(req, by)`.
+    pub async fn gated(q: &QueueConfig, cfg: ConsumerConfig, by: String) -> (Worker, Runs, Gate) {
+        let runs = Runs::default();
+        let gate = Gate::default();
+        let (r2, g2) = (runs.clone(), gate.clone());
+        let w = Worker::spawn(q, cfg, 4, move |r: Req, job| {
+            let (runs, gate, by) = (r2.clone(), g2.clone(), by.clone());
+            async move {
+                runs.hit(job.request_id());
+                gate.wait().await;
+                Ok(echo(&r, &by))
+            }
+        })
+        .await;
+        (w, runs, gate)
+    }
+
     /// Stops it gracefully and waits until it has left.
     pub async fn stop(self) {
         self.stopper.stop();

@@ -15,18 +15,7 @@ async fn inv3_dedup_one_entry_one_run() {
     let server = RedisServer::start();
     let q = queue(&server, "inv3");
     let probe = Probe::new(&server, &q).await;
-    let runs = Runs::default();
-    let gate = Gate::default();
-    let (r2, g2) = (runs.clone(), gate.clone());
-    let w = Worker::spawn(&q, fast_consumer(), 4, move |r: Req, job| {
-        let (runs, gate) = (r2.clone(), g2.clone());
-        async move {
-            runs.hit(job.request_id());
-            gate.wait().await;
-            Ok(echo(&r, "the one"))
-        }
-    })
-    .await;
+    let (w, runs, gate) = Worker::gated(&q, fast_consumer(), "the one".to_string()).await;
     let mut producers = Vec::new();
     for _ in 0..3 {
         producers.push(
