@@ -17,6 +17,8 @@
 #
 # Env knobs:
 #   PELICAN_BIN=<path>   a pelican binary to measure instead of building this tree's
+#   PELICAN_BIN_B=<path> a second binary (another build) measured right after the first
+#                        in every run slot (A/B in the same rounds); its rows say "B"
 #   CODECS="raw json"    the bench's --codec values to run
 #   QUIET=0              do not wait for quiet (../shared/peers/quiet.sh)
 #   RUN_TIMEOUT=600      seconds one run may take
@@ -52,6 +54,12 @@ else
   say "building the release binary (cargo build --release -p pelican-cli)"
   cargo build --release -p pelican-cli >&2 || die "cargo build failed"
   PELICAN="$ROOT/target/release/pelican"
+fi
+
+BINS=("$PELICAN")
+if [ -n "${PELICAN_BIN_B:-}" ]; then
+  [ -x "$PELICAN_BIN_B" ] || die "PELICAN_BIN_B=$PELICAN_BIN_B is not an executable"
+  BINS+=("$PELICAN_BIN_B")
 fi
 
 OUT="$(mktemp -d -t compare-floor.XXXXXX)"
@@ -118,18 +126,18 @@ EOF
 }
 
 run_pelican() {
-  local size="$1" codec="$2" dedup="$3" req lat inflight
+  local size="$1" codec="$2" dedup="$3" bin="$4" label="$5" req lat inflight
   read -r req lat inflight < <(counts "$size")
   local extra=()
   [ "$dedup" = "off" ] && extra+=(--no-dedup)
-  timeout "$RUN_TIMEOUT" "$PELICAN" --redis "redis://127.0.0.1:$PORT" bench --json \
+  timeout "$RUN_TIMEOUT" "$bin" --redis "redis://127.0.0.1:$PORT" bench --json \
     --payload-bytes "$size" --codec "$codec" --requests "$req" --inflight "$inflight" \
     --latency-requests "$lat" --warmup "$(( req / 10 < 100 ? req / 10 : 100 ))" \
     "${extra[@]}" 2>"$OUT/bench.err" \
-    | python3 -c '
-import json, sys
+    | LABEL="$label" python3 -c '
+import json, os, sys
 r = json.loads(sys.stdin.read())
-print(json.dumps({"system": "pelican", "size": r["payload_bytes"], "codec": r["codec"],
+print(json.dumps({"system": "pelican" + os.environ["LABEL"], "size": r["payload_bytes"], "codec": r["codec"],
   "dedup": r["dedup"], "rate": r["throughput_rps"], "p50_ms": r["lat_p50_ms"],
   "p99_ms": r["lat_p99_ms"], "redis_cpu_us_per_req": r["redis_cpu_us_per_req"],
   "rss_kb_end": r["rss_kb_end"], "other_cpu_pct": r["tp_cpu_pct"]["other"]}))' \
@@ -143,9 +151,13 @@ for round in $(seq "$N"); do
     floor "$size" | tee -a "$OUT/runs"
     for codec in $CODECS; do
       for dedup in on off; do
-        say "round $round/$N, $size bytes: pelican $codec, dedup $dedup"
-        quiet
-        run_pelican "$size" "$codec" "$dedup" | tee -a "$OUT/runs"
+        for b in "${!BINS[@]}"; do
+          label=""
+          [ "$b" = 1 ] && label=" B"
+          say "round $round/$N, $size bytes: pelican$label $codec, dedup $dedup"
+          quiet
+          run_pelican "$size" "$codec" "$dedup" "${BINS[$b]}" "$label" | tee -a "$OUT/runs"
+        done
       done
     done
   done
@@ -163,13 +175,14 @@ for s in sizes:
     fl = [r for r in runs if r["system"] == "floor" and r["size"] == s]
     frate, fp50 = med(r["rate"] for r in fl), med(r["p50_ms"] for r in fl)
     print(f"| {s} | Redis floor (SET+GET) | {len(fl)} | {frate:,.0f} | 1 | {fp50:.3f} | 1 | | |")
-    keys = sorted({(r["codec"], r["dedup"]) for r in runs if r["system"] == "pelican" and r["size"] == s},
-                  key=lambda k: (k[0], not k[1]))
-    for codec, dedup in keys:
-        ps = [r for r in runs if r["system"] == "pelican" and r["size"] == s
+    keys = sorted({(r["codec"], r["dedup"], r["system"]) for r in runs
+                   if r["system"].startswith("pelican") and r["size"] == s},
+                  key=lambda k: (k[0], not k[1], k[2]))
+    for codec, dedup, system in keys:
+        ps = [r for r in runs if r["system"] == system and r["size"] == s
               and r["codec"] == codec and r["dedup"] == dedup]
         rate, p50 = med(r["rate"] for r in ps), med(r["p50_ms"] for r in ps)
         p99, cpu = med(r["p99_ms"] for r in ps), med(r["redis_cpu_us_per_req"] for r in ps)
-        print(f"| {s} | pelican {codec}, dedup {'on' if dedup else 'off'} | {len(ps)} | {rate:,.0f} | "
+        print(f"| {s} | {system} {codec}, dedup {'on' if dedup else 'off'} | {len(ps)} | {rate:,.0f} | "
               f"{rate / frate:.2f} | {p50:.3f} | {p50 / fp50:.2f} | {p99:.3f} | {cpu:,.1f} |")
 EOF

@@ -3,13 +3,14 @@
 //! or answers it "expired". Never holds more than `prefetch` deliveries.
 
 use super::delivery::{Delivery, Job, LeaseLost};
+use super::fetch::Fetch;
 use super::reclaim::reclaim;
 use super::state::ConsumerState;
 use super::writer::{Completion, WriteJob};
 use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::conn::retry::Backoff;
-use crate::protocol::entry::{self, RawEntry, Request};
+use crate::protocol::entry::{RawEntry, Request};
 use crate::protocol::outcome::Outcome;
 use crate::protocol::scripts::Reject;
 use serde::{de::DeserializeOwned, Serialize};
@@ -37,6 +38,7 @@ pub(super) async fn run<Req, Resp, C>(
     let cfg = inner.config.clone();
     let sh = inner.shared.clone();
     let mut conn = None;
+    let mut fetch = Fetch::new();
     let mut backoff = Backoff::new();
     let mut next_reclaim = Instant::now();
     let mut cursor = "-".to_string();
@@ -91,7 +93,7 @@ pub(super) async fn run<Req, Resp, C>(
             // Nothing in hand: it may take a request for its last delivery, alone.
             let idle = permits.len() + inner.slots.available_permits() >= cfg.prefetch;
             let c = conn.as_mut().expect("connected");
-            match reclaim(&inner, c, &cursor, permits.len(), idle).await {
+            match reclaim(&inner, c, &mut fetch, &cursor, permits.len(), idle).await {
                 Ok((next, claimed, solo, waiting_alone)) => {
                     if next == "-" {
                         next_reclaim = Instant::now() + cfg.reclaim_interval();
@@ -150,39 +152,26 @@ pub(super) async fn run<Req, Resp, C>(
             cfg.block
         };
         let probe = several && permits.len() > 1;
-        let mut cmd = redis::cmd("XREADGROUP");
-        cmd.arg("GROUP")
-            .arg(&sh.keys.group)
-            .arg(&inner.name)
-            .arg("COUNT")
-            .arg(
-                permits
-                    .len()
-                    .min((MAX_READ_BYTES / entry_bytes.max(1)).max(1)),
-            );
-        if !probe {
-            cmd.arg("BLOCK").arg(ms(block));
-        }
-        cmd.arg("STREAMS").arg(&sh.keys.stream).arg(">");
-        let read = conn.as_mut().expect("connected").query(&cmd).await;
+        let count = permits
+            .len()
+            .min((MAX_READ_BYTES / entry_bytes.max(1)).max(1));
+        let c = conn.as_mut().expect("connected");
+        let read = fetch
+            .read(&inner, c, count, (!probe).then_some(block))
+            .await;
         match read {
-            Ok(v) => {
+            Ok(mut entries) => {
                 backoff.reset();
-                let mut entries = entry::read_into_entries(v);
-                if let Some((at, mget)) = entry::stored_bodies(&sh.keys, &entries) {
-                    // Stored bodies, read on the same connection (the node that owns
-                    // the partition's slot). A failed read is a failed read: the
-                    // entries are pending and come back by reclaim.
-                    match conn.as_mut().expect("connected").query(&mget).await {
-                        Ok(bodies) => entry::attach_bodies(&mut entries, &at, bodies),
-                        Err(e) => {
-                            tracing::warn!(error = %format_args!("{e:#}"), "reading stored bodies failed; reconnecting");
-                            conn = None;
-                            drop(permits);
-                            wait_or_stop(&inner, backoff.next()).await;
-                            continue;
-                        }
-                    }
+                // Stored bodies, read from the node that owns the partition's slot. A
+                // failed read is a failed read: the entries are pending and come back
+                // by reclaim.
+                let c = conn.as_mut().expect("connected");
+                if let Err(e) = fetch.bodies(&inner, c, &mut entries).await {
+                    tracing::warn!(error = %format_args!("{e:#}"), "reading stored bodies failed; reconnecting");
+                    conn = None;
+                    drop(permits);
+                    wait_or_stop(&inner, backoff.next()).await;
+                    continue;
                 }
                 if !entries.is_empty() {
                     let total: usize = entries.iter().map(RawEntry::size).sum();

@@ -1,11 +1,12 @@
 //! Taking over idle work: one `reclaim.lua` call claims entries idle past `claim_idle`
 //! (and dead-letters the ones out of deliveries).
 
+use super::fetch::Fetch;
 use super::state::ConsumerState;
 use crate::clock::{ms, now_ms};
 use crate::conn::OwnConn;
 use crate::error::{Error, Result};
-use crate::protocol::entry::{self, RawEntry};
+use crate::protocol::entry::RawEntry;
 use crate::protocol::scripts::Reclaim;
 
 /// The next cursor, the entries taken over with their delivery counts, the id of the one
@@ -14,11 +15,13 @@ use crate::protocol::scripts::Reclaim;
 pub(super) type Reclaimed = (String, Vec<(RawEntry, u32)>, Option<String>, bool);
 
 /// One reclaim call, on the reader's own connection `conn` (the scan and the read of
-/// stored bodies are the reader's commands, one at a time, off the shared connection).
+/// stored bodies are the reader's commands, off the shared connection; the bodies with
+/// the reader's fetcher, `fetch`).
 /// `idle`: the consumer holds nothing, so it may take an entry for its last delivery.
 pub(super) async fn reclaim(
     inner: &ConsumerState,
     conn: &mut OwnConn,
+    fetch: &mut Fetch,
     cursor: &str,
     count: usize,
     idle: bool,
@@ -50,15 +53,12 @@ pub(super) async fn reclaim(
         sh.metrics.dead_lettered(r.dead);
     }
     let (mut entries, counts): (Vec<RawEntry>, Vec<u32>) = r.claimed.into_iter().unzip();
-    if let Some((at, mget)) = entry::stored_bodies(&sh.keys, &entries) {
-        // The stored bodies of what was claimed (see the reader). On failure the
-        // entries stay claimed by this consumer and are reclaimed again later.
-        let bodies = conn
-            .query(&mget)
-            .await
-            .map_err(|e| Error::redis("reading stored bodies", e))?;
-        entry::attach_bodies(&mut entries, &at, bodies);
-    }
+    // The stored bodies of what was claimed. On failure the entries stay claimed by this
+    // consumer and are reclaimed again later.
+    fetch
+        .bodies(inner, conn, &mut entries)
+        .await
+        .map_err(|e| Error::redis("reading stored bodies", e))?;
     let claimed = entries.into_iter().zip(counts).collect();
     Ok((r.next_cursor, claimed, r.solo, r.waiting > 0))
 }

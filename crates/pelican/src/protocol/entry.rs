@@ -261,29 +261,31 @@ impl Request {
 }
 
 /// The entries among `entries` whose body is stored beside the stream (field `bref`),
-/// by index, and the `MGET` of their bodies (one slot: every key of a partition carries
-/// its hash tag). `None` when there are none.
-pub(crate) fn stored_bodies(
-    keys: &super::keys::Keys,
-    entries: &[RawEntry],
-) -> Option<(Vec<usize>, redis::Cmd)> {
-    let at: Vec<usize> = entries
+/// by index.
+pub(crate) fn stored_bodies(entries: &[RawEntry]) -> Vec<usize> {
+    entries
         .iter()
         .enumerate()
         .filter(|(_, e)| e.get("bref") == Some(b"1") && e.get("body").is_none())
         .map(|(i, _)| i)
-        .collect();
-    if at.is_empty() {
-        return None;
-    }
-    let mut cmd = redis::cmd("MGET");
-    for &i in &at {
-        cmd.arg(keys.body(&entries[i].id));
-    }
-    Some((at, cmd))
+        .collect()
 }
 
-/// Puts the bodies an [`stored_bodies`] `MGET` returned into their entries, as the
+/// The `MGET` of the stored bodies of `entries[i]` for each `i` in `at` (one slot: every
+/// key of a partition carries its hash tag).
+pub(crate) fn mget_bodies(
+    keys: &super::keys::Keys,
+    entries: &[RawEntry],
+    at: &[usize],
+) -> redis::Cmd {
+    let mut cmd = redis::cmd("MGET");
+    for &i in at {
+        cmd.arg(keys.body(&entries[i].id));
+    }
+    cmd
+}
+
+/// Puts the bodies a [`mget_bodies`] `MGET` returned into their entries, as the
 /// field `body`; a missing one (nil) is left out, and the entry is dead-lettered with
 /// that reason.
 pub(crate) fn attach_bodies(entries: &mut [RawEntry], at: &[usize], reply: Value) {

@@ -77,6 +77,65 @@ async fn raw_bodies_up_to_16_mib_round_trip_and_leave_no_body_behind() {
     }
 }
 
+/// Many 100 KB requests at once, dedup on (stored bodies) and off (bodies in the
+/// entries): the consumer reads them in parts over several connections (at least two of
+/// its connections last ran a read), and every request is answered with its own body and
+/// run once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_reads_are_split_over_connections_and_each_request_runs_once() {
+    let server = RedisServer::start();
+    for dedup in [true, false] {
+        let q = queue(&server, "parts");
+        let runs = Arc::new(AtomicU64::new(0));
+        let r = runs.clone();
+        let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
+            .await
+            .unwrap();
+        let stop = consumer.stopper();
+        let w = tokio::spawn(consumer.serve(8, move |b: Bytes, _| {
+            r.fetch_add(1, Ordering::SeqCst);
+            async move { Ok(b) }
+        }));
+        let p =
+            Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer().with_dedup(dedup))
+                .await
+                .unwrap();
+        let n = 200;
+        let calls = (0..n).map(|i| {
+            let p = p.clone();
+            async move {
+                let mut b = body(100_000, i as u8).to_vec();
+                b[..4].copy_from_slice(&(i as u32).to_le_bytes());
+                let b = Bytes::from(b);
+                (b.clone(), p.call_bytes(b).await)
+            }
+        });
+        for (sent, got) in futures_util::future::join_all(calls).await {
+            let got = got.unwrap_or_else(|e| panic!("dedup {dedup}: {e}"));
+            assert!(got == sent, "dedup {dedup}: a body came back changed");
+        }
+        assert_eq!(
+            runs.load(Ordering::SeqCst),
+            n,
+            "dedup {dedup}: each run once"
+        );
+        let mut c = server.sync_connection();
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut c).unwrap();
+        let readers = list
+            .lines()
+            .filter(|l| l.contains(" cmd=xreadgroup ") || l.contains(" cmd=mget "))
+            .count();
+        assert!(
+            readers >= 2,
+            "dedup {dedup}: read on one connection:\n{list}"
+        );
+        stop.stop();
+        w.await.unwrap().unwrap();
+        p.shutdown().await.unwrap();
+        assert_eq!(stored_bodies(&server, &q), Vec::<String>::new());
+    }
+}
+
 /// The default limit (4 MiB) still holds: a larger body is refused at the producer with
 /// a clear error and nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
