@@ -151,7 +151,8 @@ def pelican_run(port, n, batch, lua):
         for rid in rids:
             args += [rid, now + 60000, 120000, "", "", body]
         answers = call("EVALSHA", shas["submit"], 3, *keys, *args)
-        sids = [a[1:].decode() for a in answers]
+        # a new entry's id ("+<sid>" from builds before session O)
+        sids = [a.decode().lstrip("+") for a in answers]
         call("XREADGROUP", "GROUP", "pelican", "c", "COUNT", batch, "STREAMS", keys[0], ">")
         args = ["pelican", 60000, 100000, now]
         for sid, rid in zip(sids, rids):

@@ -28,7 +28,7 @@ local out, done, big, acks, bodies = {}, {}, {}, {}, {}
 for i = 5, #ARGV, 5 do
   local sid, rid, from, flags, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local index, small = string.byte(flags, 1, 2) -- '0' = 48, '2' = 50, 't' = 116
-  local won, waiters = false, { from }
+  local won, waiters = false, nil -- nil: the one waiter is `from`
   if index ~= 48 and rid ~= '' then
     local key = q.reqp .. rid
     local status, w = settle(q, key, sid, outcome)
@@ -49,7 +49,7 @@ for i = 5, #ARGV, 5 do
     done[#done + 1] = sid
     if small ~= 116 then big[#big + 1] = sid end
     if index == 50 then bodies[#bodies + 1] = body_key(q, sid) end
-    queue_replies(rid, outcome, waiters)
+    queue_replies(rid, outcome, waiters or { from })
     out[#out + 1] = 1
   else
     out[#out + 1] = 0

@@ -16,7 +16,8 @@
 -- Numbers are passed on to Redis as the strings they came in: Lua would format a number
 -- with printf's %.17g, a real share of the server's time at high rates.
 -- Reply: one string per request, in order:
---   "+<sid>" queued as a new stream entry   "=" joined a request already in flight
+--   "<sid>" (a digit first) queued as a new stream entry
+--   "=" joined a request already in flight
 --   an outcome ("O..", "E..", "D..", ...) the cached result of a finished request
 --   "!" its stored body is missing (the SET before this call failed): not submitted
 local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], now = tonumber(ARGV[1]),
@@ -38,7 +39,8 @@ for i = 6, #ARGV, 6 do
     v = redis.pcall('GET', key)
   end
   -- not a string: a foreign client's key, not ours; the SET below replaces it
-  if type(v) == 'table' and v.err then v = false end
+  local foreign = type(v) == 'table' and v.err
+  if foreign then v = false end
   local sid, dl, waiters = index_parse(v)
   if answer then
     -- nothing to do
@@ -66,8 +68,15 @@ for i = 6, #ARGV, 6 do
         'deadline', deadline, 'at', at, 'index', '1', 'tp', tp, bname, bvalue)
     end
     if stage ~= '' then redis.call('RENAME', body_key(q, stage), body_key(q, new)) end
-    redis.call('SET', key, index_pending(new, deadline, producer), 'PX', index_ttl)
-    answer = '+' .. new
+    local pending = index_pending(new, deadline, producer)
+    if foreign then
+      redis.call('SET', key, pending, 'PX', index_ttl)
+    else
+      -- GET: the reply is the old value (a string or none), not a status, which Lua
+      -- would get as a table of its own (GET refuses a key of another type: above)
+      redis.call('SET', key, pending, 'PX', index_ttl, 'GET')
+    end
+    answer = new
   elseif stage ~= '' then
     redis.call('DEL', body_key(q, stage))
   end

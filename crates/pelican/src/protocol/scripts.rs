@@ -145,8 +145,8 @@ fn submit_reply(v: Value) -> RedisResult<Vec<SubmitAnswer>> {
     answers
         .into_iter()
         .map(|a| match a.split_first() {
-            Some((b'+', sid)) => Ok(SubmitAnswer::Queued(
-                String::from_utf8_lossy(sid).into_owned(),
+            Some((b'0'..=b'9', _)) => Ok(SubmitAnswer::Queued(
+                String::from_utf8_lossy(&a).into_owned(),
             )),
             Some((b'=', [])) => Ok(SubmitAnswer::Joined),
             Some((b'!', [])) => Ok(SubmitAnswer::BodyMissing),
