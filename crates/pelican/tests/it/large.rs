@@ -31,6 +31,30 @@ fn stored_bodies(server: &RedisServer, q: &pelican::QueueConfig) -> Vec<String> 
         .collect()
 }
 
+/// A raw consumer on `q` answering `concurrency` requests at a time with `answer`, and
+/// the count of its handler's runs, its stopper and its task.
+async fn counting_worker(
+    q: &pelican::QueueConfig,
+    concurrency: usize,
+    answer: fn(Bytes) -> Bytes,
+) -> (
+    Arc<AtomicU64>,
+    pelican::Stopper,
+    tokio::task::JoinHandle<pelican::Result<()>>,
+) {
+    let runs = Arc::new(AtomicU64::new(0));
+    let r = runs.clone();
+    let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
+        .await
+        .unwrap();
+    let stop = consumer.stopper();
+    let w = tokio::spawn(consumer.serve(concurrency, move |b: Bytes, _| {
+        r.fetch_add(1, Ordering::SeqCst);
+        async move { Ok(answer(b)) }
+    }));
+    (runs, stop, w)
+}
+
 /// Bodies from 100 bytes to 16 MiB, with dedup on (stored beside the stream from 4 KiB)
 /// and off (in the entry), echoed back byte for byte: requests and responses of that
 /// size both work, and no stored body outlives its request. Every other body is handed
@@ -86,16 +110,7 @@ async fn large_reads_are_split_over_connections_and_each_request_runs_once() {
     let server = RedisServer::start();
     for dedup in [true, false] {
         let q = queue(&server, "parts");
-        let runs = Arc::new(AtomicU64::new(0));
-        let r = runs.clone();
-        let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
-            .await
-            .unwrap();
-        let stop = consumer.stopper();
-        let w = tokio::spawn(consumer.serve(8, move |b: Bytes, _| {
-            r.fetch_add(1, Ordering::SeqCst);
-            async move { Ok(b) }
-        }));
+        let (runs, stop, w) = counting_worker(&q, 8, |b| b).await;
         let p =
             Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer().with_dedup(dedup))
                 .await
@@ -177,19 +192,7 @@ async fn a_stored_body_is_solved_once_and_survives_its_consumer() {
     std::mem::forget(d);
     drop(dying);
 
-    let runs = Arc::new(AtomicU64::new(0));
-    let r = runs.clone();
-    let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
-        .await
-        .unwrap();
-    let stop = consumer.stopper();
-    let w = tokio::spawn(consumer.serve(2, move |b: Bytes, _| {
-        let runs = r.clone();
-        async move {
-            runs.fetch_add(1, Ordering::SeqCst);
-            Ok(Bytes::from(b.len().to_string()))
-        }
-    }));
+    let (runs, stop, w) = counting_worker(&q, 2, |b| Bytes::from(b.len().to_string())).await;
     let (a, c) = tokio::join!(t1, t2);
     assert_eq!(&a.unwrap()[..], b"2097152");
     assert_eq!(&c.unwrap()[..], b"2097152");
