@@ -56,8 +56,13 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
     if let Some(n) = g.settings.max_body_bytes {
         queue = queue.with_max_body_bytes(n as usize);
     }
-    // The body: the payload and the encoding's few bytes around it.
-    let body = args.payload_bytes as usize + 64;
+    if args.response_bytes > 0 && args.codec != BenchCodec::Raw {
+        return Err(CliError::usage(
+            "--response-bytes needs --codec raw (the structs workload answers {\"i\": N, \"ok\": true})",
+        ));
+    }
+    // The body: the payload (or the answer) and the encoding's few bytes around it.
+    let body = args.payload_bytes.max(args.response_bytes) as usize + 64;
     if body > queue.max_body_bytes {
         queue = queue.with_max_body_bytes(body);
     }
@@ -167,6 +172,8 @@ impl Bench<'_> {
             args.prefetch().to_string(),
             "--codec".into(),
             args.codec.name().into(),
+            "--response-bytes".into(),
+            args.response_bytes.to_string(),
         ]);
         let workers = self
             .workers
@@ -191,7 +198,11 @@ impl Bench<'_> {
                     .map_err(|e| g.error(&e))?,
             ),
         };
-        let load = Arc::new(Load::new(producer, args.payload_bytes as usize));
+        let load = Arc::new(Load::new(
+            producer,
+            args.payload_bytes as usize,
+            args.response_bytes as usize,
+        ));
         self.load = Some(load.clone());
         let mut watched = vec![Watched {
             role: "producer",
@@ -351,6 +362,7 @@ impl Phases<'_> {
             concurrency: args.concurrency,
             prefetch: args.prefetch(),
             payload_bytes: args.payload_bytes,
+            response_bytes: args.response_bytes,
             codec: args.codec.name(),
             tp,
             lat,

@@ -333,6 +333,10 @@ pub struct BenchArgs {
     /// by default) the queue's limit is raised to fit, for this run.
     #[arg(long, default_value_t = 64, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=67_108_864))]
     pub payload_bytes: u64,
+    /// Length of the filler each answer carries, in bytes (0: none): large responses.
+    /// Needs --codec raw (the answer is then the request's index, a 1 and the x's).
+    #[arg(long, default_value_t = 0, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(0..=67_108_864))]
+    pub response_bytes: u64,
     /// How bodies are encoded: json (the default codec), postcard (the same structs in
     /// postcard's binary format) or raw (`pelican::Raw`, bytes as they are: the payload
     /// is the request's index as 8 bytes, then the x's).

@@ -56,10 +56,14 @@ impl BenchProducer {
     }
 }
 
-/// The answer to raw request `req`: its first 8 bytes (the index) and a 1.
-pub fn raw_answer(req: &[u8]) -> Bytes {
-    let mut a = req[..req.len().min(8)].to_vec();
+/// The answer to raw request `req`: its first 8 bytes (the index), a 1, and `filler`
+/// x's (`--response-bytes`).
+pub fn raw_answer(req: &[u8], filler: usize) -> Bytes {
+    let head = req.len().min(8);
+    let mut a = Vec::with_capacity(head + 1 + filler);
+    a.extend_from_slice(&req[..head]);
     a.push(1);
+    a.resize(head + 1 + filler, b'x');
     Bytes::from(a)
 }
 
@@ -67,6 +71,7 @@ pub fn raw_answer(req: &[u8]) -> Bytes {
 pub struct Load {
     producer: BenchProducer,
     data: String,
+    response_bytes: usize,
     next_index: AtomicU64,
     checked: AtomicU64,
     bad: AtomicU64,
@@ -104,11 +109,13 @@ struct Lanes {
 }
 
 impl Load {
-    /// A load on this producer with a payload of `payload_bytes` x's.
-    pub fn new(producer: BenchProducer, payload_bytes: usize) -> Load {
+    /// A load on this producer with a payload of `payload_bytes` x's, answered (raw
+    /// codec) with `response_bytes` x's.
+    pub fn new(producer: BenchProducer, payload_bytes: usize, response_bytes: usize) -> Load {
         Load {
             producer,
             data: "x".repeat(payload_bytes),
+            response_bytes,
             next_index: AtomicU64::new(0),
             checked: AtomicU64::new(0),
             bad: AtomicU64::new(0),
@@ -205,7 +212,7 @@ impl Load {
                 let mut req = Vec::with_capacity(8 + self.data.len());
                 req.extend_from_slice(&i.to_le_bytes());
                 req.resize(8 + self.data.len(), b'x');
-                let want = raw_answer(&req);
+                let want = raw_answer(&req, self.response_bytes);
                 let t0 = Instant::now();
                 let r = p.call_bytes(Bytes::from(req)).await;
                 let took = t0.elapsed();

@@ -26,6 +26,8 @@ pub struct Report {
     pub prefetch: u64,
     /// Size of the payload's filler.
     pub payload_bytes: u64,
+    /// Size of each answer's filler (`--response-bytes`).
+    pub response_bytes: u64,
     /// How bodies were encoded ("json" or "raw").
     pub codec: &'static str,
     /// The throughput phase.
@@ -146,6 +148,7 @@ impl Report {
             ("concurrency", json!(self.concurrency)),
             ("prefetch", json!(self.prefetch)),
             ("payload_bytes", json!(self.payload_bytes)),
+            ("response_bytes", json!(self.response_bytes)),
             ("codec", json!(self.codec)),
             ("answers_checked", json!(self.checked)),
             ("bad_answers", json!(0)),
@@ -226,7 +229,7 @@ impl Report {
             + "+\n";
         let mut out = format!(
             "pelican bench {}: dedup {}, {} worker process{} x concurrency {} (prefetch {}), \
-             payload {} bytes ({}), {} warm-up requests\n",
+             payload {} bytes ({}), answer filler {} bytes, {} warm-up requests\n",
             env!("CARGO_PKG_VERSION"),
             if self.dedup { "on" } else { "off" },
             self.workers,
@@ -235,6 +238,7 @@ impl Report {
             self.prefetch,
             self.payload_bytes,
             self.codec,
+            self.response_bytes,
             self.warmup,
         );
         out.push_str(&rule);

@@ -24,10 +24,11 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
             .await
             .map_err(|e| g.error(&e))?;
         listen(consumer.stopper(), term, int)?;
+        let filler = args.response_bytes as usize;
         return consumer
             .serve(
                 args.concurrency as usize,
-                |req: Bytes, _job: Job| async move { Ok(raw_answer(&req)) },
+                move |req: Bytes, _job: Job| async move { Ok(raw_answer(&req, filler)) },
             )
             .await
             .map_err(|e| g.error(&e));

@@ -154,6 +154,43 @@ fn bench_refuses_remote_and_missing_servers() {
     assert!(out.stdout.is_empty(), "{out:?}");
 }
 
+/// `--response-bytes`: raw answers of that size, every one checked byte for byte by the
+/// producer (a worker answering short would count as a bad answer and fail the run); the
+/// structs workloads refuse it with a usage error.
+#[test]
+fn large_answers_are_checked_and_need_the_raw_codec() {
+    let server = RedisServer::start();
+    for dedup in [&[][..], &["--no-dedup"][..]] {
+        let mut args = vec![
+            "--json",
+            "--codec",
+            "raw",
+            "--payload-bytes",
+            "100",
+            "--response-bytes",
+            "100000",
+            "--requests",
+            "300",
+            "--latency-requests",
+            "20",
+            "--inflight",
+            "50",
+            "--warmup",
+            "30",
+        ];
+        args.extend_from_slice(dedup);
+        let out = bench(&server, &args);
+        assert_eq!(out.code, 0, "{out:?}");
+        let v = out.json();
+        assert_eq!(v["response_bytes"], 100000, "{v}");
+        assert_eq!(v["bad_answers"], 0, "{v}");
+        assert_eq!(v["answers_checked"], 300 + 20 + 30, "{v}");
+    }
+    let out = bench(&server, &["--response-bytes", "10"]);
+    assert_eq!(out.code, 2, "{out:?}");
+    assert!(out.stderr.contains("--codec raw"), "{out:?}");
+}
+
 /// 16 MiB bodies end to end (the queue's limit raised by the bench to fit), raw and
 /// JSON: every answer checked, and the producer's and the worker's peak memory stays a
 /// small multiple of the bodies in flight (4 x 16 MiB), far from one copy per request.
