@@ -2,13 +2,13 @@
 //! bodies (docs/PROTOCOL.md, "Stored bodies"), on the reader's own connection, and split
 //! over a few more when there is much to fetch.
 //!
-//! Why more than one connection: Redis writes at most 64 KiB to a client per turn of its
-//! event loop (or one reply block, which for a large value is the whole value), so one
-//! connection brings about one 100 KB body per turn however many it asked for, while the
-//! producers' bodies come in over several connections at once. With one, the stream
-//! backed up behind the reader (`XINFO GROUPS` during a run of 100 KB bodies: ~950
-//! entries not yet read, 20 in the consumer's hands, the reader waiting on its `MGET`
-//! 80 % of the time). BENCHMARKS.md, session O, has the runs.
+//! Why more than one connection: Redis writes a client at most 64 KiB per turn of its
+//! event loop (or one reply block, which for a large value is the whole value: its
+//! `NET_MAX_WRITES_PER_EVENT`), so a large reply to one connection is spread over turns,
+//! while the producers' bodies come in over several connections at once. With one, the
+//! stream backed up behind the reader (`XINFO GROUPS` during a run of 100 KB bodies: ~950
+//! entries not yet read, 20 in the consumer's hands); with four, 100 KB requests ran 19 %
+//! faster without dedup, 1 MB requests 24-26 % faster with it (BENCHMARKS.md, session O).
 
 use super::state::ConsumerState;
 use crate::clock::ms;
