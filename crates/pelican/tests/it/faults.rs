@@ -3,8 +3,9 @@
 //! complete.
 
 use crate::common::*;
-use pelican::{Consumer, ErrorKind, Producer, QueueConfig};
+use pelican::{Bytes, Consumer, ErrorKind, Producer, QueueConfig, Raw};
 use pelican_testkit::{Proxy, RedisServer};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 use tokio::task::JoinSet;
 
@@ -84,6 +85,73 @@ async fn requests_in_flight_complete_across_dropped_connections() {
     assert_eq!(probe.xlen().await, 0);
     assert_eq!(probe.pending().await, 0);
     assert_eq!(probe.pending_index_keys().await, Vec::<String>::new());
+}
+
+/// 200 requests of 100 KB, dedup on (stored bodies) and off (bodies in the entries), while
+/// every connection is cut twice: the consumer reads them in parts over several
+/// connections (docs/PROTOCOL.md, "Connections and tasks"), and a cut in the middle of
+/// a split read or fetch loses nothing. Every caller gets its own body back, and no entry,
+/// pending delivery, index or stored body is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_reads_in_parts_lose_nothing_across_dropped_connections() {
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    for dedup in [true, false] {
+        let direct = queue(&server, "faults-large");
+        let probe = Probe::new(&server, &direct).await;
+        let q = via(&proxy, &direct);
+        let p =
+            Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer().with_dedup(dedup))
+                .await
+                .unwrap();
+        // All submitted before the consumer starts: a backlog, which is what a read is
+        // split for.
+        let mut calls = JoinSet::new();
+        for i in 0..200u32 {
+            let mut b = vec![b'x'; 100_000];
+            b[..4].copy_from_slice(&i.to_le_bytes());
+            let b = Bytes::from(b);
+            let t = p.submit_bytes(b.clone()).await.unwrap();
+            calls.spawn(async move { (b, t.await) });
+        }
+        let (runs, stop, w) = counting_raw_worker(&q, 8, |b| b).await;
+        for started in [40, 120] {
+            let runs = runs.clone();
+            pelican_testkit::eventually(Duration::from_secs(20), "requests to start", move || {
+                let runs = runs.clone();
+                async move { runs.load(Ordering::SeqCst) >= started }
+            })
+            .await;
+            proxy.cut_all();
+        }
+        within(
+            Duration::from_secs(60),
+            "every request across the cuts",
+            async {
+                while let Some(r) = calls.join_next().await {
+                    let (sent, got) = r.unwrap();
+                    let got = got.unwrap_or_else(|e| panic!("dedup {dedup}: {e}"));
+                    assert!(got == sent, "dedup {dedup}: a body came back changed");
+                }
+            },
+        )
+        .await;
+        stop.stop();
+        w.await.unwrap().unwrap();
+        p.shutdown().await.unwrap();
+        assert_eq!(probe.xlen().await, 0, "dedup {dedup}");
+        assert_eq!(probe.pending().await, 0, "dedup {dedup}");
+        assert_eq!(probe.pending_index_keys().await, Vec::<String>::new());
+        let bodies: Vec<String> = keys_of(&server, &direct)
+            .into_iter()
+            .filter(|k| k.contains(":body:"))
+            .collect();
+        assert_eq!(
+            bodies,
+            Vec::<String>::new(),
+            "dedup {dedup}: no stored body left"
+        );
+    }
 }
 
 /// A call made right after the connections were cut (nothing in flight, so the

@@ -5,8 +5,7 @@
 use crate::common::*;
 use pelican::{Bytes, Consumer, ErrorKind, Producer, Raw};
 use pelican_testkit::RedisServer;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 const MIB: usize = 1 << 20;
 
@@ -29,30 +28,6 @@ fn stored_bodies(server: &RedisServer, q: &pelican::QueueConfig) -> Vec<String> 
         .into_iter()
         .filter(|k| k.contains(":body:"))
         .collect()
-}
-
-/// A raw consumer on `q` answering `concurrency` requests at a time with `answer`, and
-/// the count of its handler's runs, its stopper and its task.
-async fn counting_worker(
-    q: &pelican::QueueConfig,
-    concurrency: usize,
-    answer: fn(Bytes) -> Bytes,
-) -> (
-    Arc<AtomicU64>,
-    pelican::Stopper,
-    tokio::task::JoinHandle<pelican::Result<()>>,
-) {
-    let runs = Arc::new(AtomicU64::new(0));
-    let r = runs.clone();
-    let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
-        .await
-        .unwrap();
-    let stop = consumer.stopper();
-    let w = tokio::spawn(consumer.serve(concurrency, move |b: Bytes, _| {
-        r.fetch_add(1, Ordering::SeqCst);
-        async move { Ok(answer(b)) }
-    }));
-    (runs, stop, w)
 }
 
 /// Bodies from 100 bytes to 16 MiB, with dedup on (stored beside the stream from 4 KiB)
@@ -101,7 +76,7 @@ async fn raw_bodies_up_to_16_mib_round_trip_and_leave_no_body_behind() {
     }
 }
 
-/// Many 100 KB requests at once, dedup on (stored bodies) and off (bodies in the
+/// A backlog of 100 KB requests, dedup on (stored bodies) and off (bodies in the
 /// entries): the consumer reads them in parts over several connections (at least two of
 /// its connections last ran a read), and every request is answered with its own body and
 /// run once.
@@ -110,23 +85,23 @@ async fn large_reads_are_split_over_connections_and_each_request_runs_once() {
     let server = RedisServer::start();
     for dedup in [true, false] {
         let q = queue(&server, "parts");
-        let (runs, stop, w) = counting_worker(&q, 8, |b| b).await;
         let p =
             Producer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_producer().with_dedup(dedup))
                 .await
                 .unwrap();
+        // All submitted before the consumer starts: a backlog, which is what a read is
+        // split for (a lone request is read whole).
         let n = 200;
-        let calls = (0..n).map(|i| {
-            let p = p.clone();
-            async move {
-                let mut b = body(100_000, i as u8).to_vec();
-                b[..4].copy_from_slice(&(i as u32).to_le_bytes());
-                let b = Bytes::from(b);
-                (b.clone(), p.call_bytes(b).await)
-            }
-        });
-        for (sent, got) in futures_util::future::join_all(calls).await {
-            let got = got.unwrap_or_else(|e| panic!("dedup {dedup}: {e}"));
+        let mut tickets = Vec::new();
+        for i in 0..n {
+            let mut b = body(100_000, i as u8).to_vec();
+            b[..4].copy_from_slice(&(i as u32).to_le_bytes());
+            let b = Bytes::from(b);
+            tickets.push((b.clone(), p.submit_bytes(b).await.unwrap()));
+        }
+        let (runs, stop, w) = counting_raw_worker(&q, 8, |b| b).await;
+        for (sent, t) in tickets {
+            let got = t.await.unwrap_or_else(|e| panic!("dedup {dedup}: {e}"));
             assert!(got == sent, "dedup {dedup}: a body came back changed");
         }
         assert_eq!(
@@ -192,7 +167,7 @@ async fn a_stored_body_is_solved_once_and_survives_its_consumer() {
     std::mem::forget(d);
     drop(dying);
 
-    let (runs, stop, w) = counting_worker(&q, 2, |b| Bytes::from(b.len().to_string())).await;
+    let (runs, stop, w) = counting_raw_worker(&q, 2, |b| Bytes::from(b.len().to_string())).await;
     let (a, c) = tokio::join!(t1, t2);
     assert_eq!(&a.unwrap()[..], b"2097152");
     assert_eq!(&c.unwrap()[..], b"2097152");

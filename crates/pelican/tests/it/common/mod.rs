@@ -5,11 +5,14 @@
 mod probe;
 pub use probe::*;
 
-use pelican::{Consumer, ConsumerConfig, HandlerError, Job, ProducerConfig, QueueConfig, Stopper};
+use pelican::{
+    Bytes, Consumer, ConsumerConfig, HandlerError, Job, ProducerConfig, QueueConfig, Raw, Stopper,
+};
 use pelican_testkit::{unique_name, RedisCluster, RedisServer};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::watch;
@@ -292,4 +295,24 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
         Ok(v) => v,
         Err(_) => panic!("{what} did not happen within {limit:?}"),
     }
+}
+
+/// A raw consumer (`pelican::Raw` bodies) on `q` answering `concurrency` requests at a time with `answer`, and
+/// the count of its handler's runs, its stopper and its task.
+pub async fn counting_raw_worker(
+    q: &QueueConfig,
+    concurrency: usize,
+    answer: fn(Bytes) -> Bytes,
+) -> (Arc<AtomicU64>, Stopper, JoinHandle<pelican::Result<()>>) {
+    let runs = Arc::new(AtomicU64::new(0));
+    let r = runs.clone();
+    let consumer = Consumer::<Bytes, Bytes, Raw>::connect(q.clone(), fast_consumer())
+        .await
+        .unwrap();
+    let stop = consumer.stopper();
+    let w = tokio::spawn(consumer.serve(concurrency, move |b: Bytes, _| {
+        r.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        async move { Ok(answer(b)) }
+    }));
+    (runs, stop, w)
 }
