@@ -60,26 +60,21 @@ impl Fetch {
     ) -> RedisResult<Vec<RawEntry>> {
         let likely = count.min(self.entries);
         let parts = self.parts(inner, likely, likely * self.entry_mean).await;
-        let entries: Vec<RawEntry> = if parts > 1 {
-            let sizes = split(count, parts).map(|(_, n)| read_command(inner, n, None));
-            let cmds: Vec<Cmd> = sizes.collect();
-            let replies = self.run(conn, &cmds).await?;
-            let entries: Vec<RawEntry> = replies
-                .into_iter()
-                .flat_map(entry::read_into_entries)
+        let mut entries = Vec::new();
+        if parts > 1 {
+            let cmds: Vec<Cmd> = split(count, parts)
+                .map(|(_, n)| read_command(inner, n, None))
                 .collect();
-            if entries.is_empty() && block.is_some() {
-                entry::read_into_entries(conn.query(&read_command(inner, count, block)).await?)
-            } else {
-                entries
-            }
-        } else {
-            entry::read_into_entries(conn.query(&read_command(inner, count, block)).await?)
-        };
+            let replies = self.run(conn, &cmds).await?;
+            entries.extend(replies.into_iter().flat_map(entry::read_into_entries));
+        }
+        if parts == 1 || (entries.is_empty() && block.is_some()) {
+            let reply = conn.query(&read_command(inner, count, block)).await?;
+            entries = entry::read_into_entries(reply);
+        }
         self.entries = entries.len();
-        if !entries.is_empty() {
-            let total: usize = entries.iter().map(RawEntry::size).sum();
-            self.entry_mean = total / entries.len();
+        if let Some(mean) = RawEntry::mean_size(&entries) {
+            self.entry_mean = mean;
         }
         Ok(entries)
     }

@@ -2,8 +2,9 @@
 //! idle work of dead consumers, dead-letters poison and writes outcomes in batches.
 //!
 //! Tasks: one reader (XREADGROUP BLOCK on a dedicated connection, large reads in parts
-//! over a few more, and the reclaim scan between reads), one writer (batches completions and releases into one script call
-//! each), one maintenance task (lease renewal, janitor).
+//! over a few more, and the reclaim scan between reads), one writer (batches completions
+//! and releases into one script call each), one maintenance task (lease renewal,
+//! janitor).
 
 mod delivery;
 mod fetch;

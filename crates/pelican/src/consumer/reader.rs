@@ -173,9 +173,8 @@ pub(super) async fn run<Req, Resp, C>(
                     wait_or_stop(&inner, backoff.next()).await;
                     continue;
                 }
-                if !entries.is_empty() {
-                    let total: usize = entries.iter().map(RawEntry::size).sum();
-                    entry_bytes = total / entries.len();
+                if let Some(mean) = RawEntry::mean_size(&entries) {
+                    entry_bytes = mean;
                 }
                 drained = entries.is_empty();
                 if entries.is_empty() && probe {

@@ -22,6 +22,12 @@ impl RawEntry {
         self.fields.iter().map(|(k, v)| k.len() + v.len()).sum()
     }
 
+    /// The mean [`RawEntry::size`] of `entries`; `None` for none.
+    pub(crate) fn mean_size(entries: &[RawEntry]) -> Option<usize> {
+        let total: usize = entries.iter().map(RawEntry::size).sum();
+        total.checked_div(entries.len())
+    }
+
     pub(crate) fn get_str(&self, name: &str) -> Option<&str> {
         self.get(name).and_then(|v| std::str::from_utf8(v).ok())
     }
