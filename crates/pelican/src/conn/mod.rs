@@ -5,10 +5,12 @@
 //!   ordinary commands ([`manager`]).
 //! - A connection of one task's own, for tasks that send one command at a time: the
 //!   blocking reads and the consumer's outcome writes ([`own_connection`], [`OwnConn`]);
-//!   pelican's lean connection ([`wire`]) for plain TCP.
+//!   pelican's lean connection ([`wire`]) for plain TCP, and the commands it writes
+//!   large values with in place ([`framed`]).
 //! - Backoff and retry ([`retry`]).
 
 pub(crate) mod cluster;
+pub(crate) mod framed;
 pub(crate) mod retry;
 pub(crate) mod wire;
 

@@ -3,8 +3,9 @@
 //! no delay.
 
 use super::pending::{Inner, SubmitJob, Submitted};
-use super::stored::{submit_with_bodies, xadd_with_bodies, Framed, StoredBody, SLOT_MOVED};
+use super::stored::{submit_with_bodies, xadd_with_bodies, SLOT_MOVED};
 use crate::clock::{ms, now_ms};
+use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::retry::retry_idempotent;
 use crate::error::{Error, Result};
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
