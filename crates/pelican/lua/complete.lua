@@ -6,8 +6,13 @@
 --           body (deleted with the entry: see lib.lua, "stored body"), then "t" when the
 --           entry is small (its body, if in the entry, at most 1 KiB): it may be left in
 --           the stream for a trim instead of its own XDEL (below)
+--           An outcome "A<length>:<name>" is a stored answer (lib.lua, "stored answer"):
+--           the response was SET at body_key(q, name) just before this call.
 -- Reply: one integer per entry: 1 = this outcome was recorded and pushed to the waiters,
---        0 = the entry was finished, cancelled or dead already: this outcome is dropped.
+--        0 = the entry was finished, cancelled or dead already: this outcome is dropped
+--            (and its stored answer deleted),
+--        2 = its stored answer is not there (the SET before this call failed): nothing
+--            was done; the caller writes it again.
 -- The gate: for an indexed request, the index value itself (`settle` replaces the
 -- pending state of this entry with the outcome in one SET ... GET; every other way an
 -- entry ends also changes that value); without an index, or when the index expired,
@@ -29,7 +34,11 @@ for i = 5, #ARGV, 5 do
   local sid, rid, from, flags, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   local index, small = string.byte(flags, 1, 2) -- '0' = 48, '2' = 50, 't' = 116
   local won, waiters = false, nil -- nil: the one waiter is `from`
-  if index ~= 48 and rid ~= '' then
+  local answer = stored_answer_key(q, outcome)
+  local missing = answer ~= nil and redis.call('EXISTS', answer) == 0
+  if missing then
+    -- nothing is done: the entry stays in the consumer's hands
+  elseif index ~= 48 and rid ~= '' then
     local key = q.reqp .. rid
     local status, w = settle(q, key, sid, outcome)
     if status == 'won' then
@@ -45,13 +54,16 @@ for i = 5, #ARGV, 5 do
   elseif redis.call('XACK', stream, group, sid) == 1 then
     won = true
   end
-  if won then
+  if missing then
+    out[#out + 1] = 2
+  elseif won then
     done[#done + 1] = sid
     if small ~= 116 then big[#big + 1] = sid end
     if index == 50 then bodies[#bodies + 1] = body_key(q, sid) end
     queue_replies(rid, outcome, waiters or { from })
     out[#out + 1] = 1
   else
+    if answer then bodies[#bodies + 1] = answer end
     out[#out + 1] = 0
   end
 end

@@ -23,9 +23,9 @@
 --                Only the index_* helpers read or write the pending form; the Rust twin
 --                is protocol/index.rs. Any other value (or a key of another type) is a
 --                foreign client's: scripts replace it as if the key were absent.
---   outcome      a tag byte then a payload: "O"<response body> | "E"<message of a
---                remote error> | "D"<dead-letter reason> | "X"<expiry note> |
---                "C"<cancellation note>.
+--   outcome      a tag byte then a payload: "O"<response body> | "A"<length>:<name>
+--                (a stored answer, below) | "E"<message of a remote error> |
+--                "D"<dead-letter reason> | "X"<expiry note> | "C"<cancellation note>.
 --   reply entry  on q.replyp .. producer: one or more pairs <rid> <outcome>; a script
 --                pushes ONE entry per producer for all the outcomes it produced.
 --   stored body  a large body (dedup on) is not a field of its entry: the entry has the
@@ -33,6 +33,13 @@
 --                body_key(q, 'd' .. dead id) once dead-lettered. Redis hashes every byte
 --                of every string a script sees, so a body never passes through Lua: it
 --                is written by a plain SET and only renamed and deleted here.
+--   stored answer a large response, likewise: the consumer SETs it at body_key(q, name)
+--                (name = "a<stream id>.<consumer's token>.<n>", never reused) in the same
+--                write as its complete.lua call, whose outcome is then "A<length>:<name>"
+--                instead of "O<response>"; that outcome is recorded and pushed as any
+--                other, and the producers fetch the answer. Deleted by complete.lua when
+--                its outcome loses, by the producer once read when nothing caches it
+--                (dedup off), else by its ttl (the result ttl and a minute).
 
 -- Outcomes to push, by producer: a flat list rid, outcome, rid, outcome, ...
 local replies = {}
@@ -59,6 +66,15 @@ local DEAD_BODY_TTL = 604800000
 local function body_key(q, id)
   if not q.bodyp then q.bodyp = string.sub(q.stream, 1, -7) .. 'body:' end
   return q.bodyp .. id
+end
+
+-- The key of the stored answer an outcome names, or nil when it is not one ("A<length>:
+-- <name>", see "stored answer" above).
+local function stored_answer_key(q, outcome)
+  if string.byte(outcome, 1) ~= 65 then return nil end -- 'A'
+  local name = string.match(outcome, '^A%d+:(.+)$')
+  if not name then return nil end
+  return body_key(q, name)
 end
 
 -- Fields of a stream entry (a flat array) as a table name -> value, first wins.
@@ -181,8 +197,9 @@ local function index_remove_waiter(v, producer)
   return v, string.find(waiters, '[^;]') ~= nil
 end
 
--- Whether a string value is an outcome (its tag byte: O E D X C).
-local outcome_tags = { [79] = true, [69] = true, [68] = true, [88] = true, [67] = true }
+-- Whether a string value is an outcome (its tag byte: O A E D X C).
+local outcome_tags = { [79] = true, [65] = true, [69] = true, [68] = true, [88] = true,
+  [67] = true }
 local function is_outcome(v)
   return outcome_tags[string.byte(v, 1)] == true
 end

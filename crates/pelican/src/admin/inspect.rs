@@ -62,7 +62,7 @@ pub enum RequestState {
 impl RequestState {
     fn of_outcome(o: &Outcome) -> RequestState {
         match o {
-            Outcome::Ok(_) => RequestState::Ok,
+            Outcome::Ok(_) | Outcome::Stored { .. } => RequestState::Ok,
             Outcome::Remote(_) => RequestState::Error,
             Outcome::Dead(_) => RequestState::Dead,
             Outcome::Expired(_) => RequestState::Expired,
@@ -98,6 +98,9 @@ impl fmt::Display for RequestState {
     }
 }
 
+/// How much of an outcome `inspect` shows.
+const PREVIEW_BYTES: usize = 200;
+
 /// What Redis knows of request `rid` (see [`super::Admin::inspect`]).
 pub(super) async fn inspect(sh: &Shared, rid: &str) -> Result<Option<RequestInfo>> {
     crate::config::validate_request_id(rid)?;
@@ -130,9 +133,25 @@ pub(super) async fn inspect(sh: &Shared, rid: &str) -> Result<Option<RequestInfo
         Some(IndexValue::Pending(p)) => p,
         Some(IndexValue::Done(o)) => {
             info.state = RequestState::of_outcome(&o);
-            let payload = &value[1..];
-            let n = payload.len().min(200);
-            info.outcome_preview = Some(String::from_utf8_lossy(&payload[..n]).into_owned());
+            let preview = match &o {
+                // A stored answer: its first bytes, read from where it is stored.
+                Outcome::Stored { name, .. } => {
+                    let head: Option<Vec<u8>> = redis::cmd("GETRANGE")
+                        .arg(k.body(name))
+                        .arg(0)
+                        .arg(PREVIEW_BYTES - 1)
+                        .query_async(&mut conn)
+                        .await
+                        .map_err(|e| Error::redis("reading the stored answer", e))?;
+                    match head {
+                        Some(h) if !h.is_empty() => h,
+                        _ => b"(its stored answer is gone)".to_vec(),
+                    }
+                }
+                _ => value[1..].to_vec(),
+            };
+            let n = preview.len().min(PREVIEW_BYTES);
+            info.outcome_preview = Some(String::from_utf8_lossy(&preview[..n]).into_owned());
             return Ok(Some(info));
         }
         None => {

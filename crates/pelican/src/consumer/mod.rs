@@ -32,6 +32,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use state::ConsumerState;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, oneshot, Semaphore};
@@ -123,6 +124,8 @@ where
                         claim_idle: inner.config.claim_idle,
                         leases: inner.leases.clone(),
                         stop: inner.stop.clone(),
+                        answer_token: crate::ids::random_id()[..16].to_string(),
+                        next_answer: AtomicU64::new(1),
                     },
                     writer_rx,
                 ),

@@ -278,6 +278,7 @@ async fn deliver<Req, Resp, C>(
             label: "expired",
             outcome: Outcome::Expired("deadline passed before a consumer started it".into())
                 .encode(),
+            answer: None,
             ack: None,
         }));
         return;

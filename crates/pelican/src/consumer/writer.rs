@@ -4,13 +4,16 @@
 
 use super::lease::Leases;
 use crate::clock::{ms, now_ms};
+use crate::conn::framed::StoredBody;
 use crate::conn::retry::Backoff;
 use crate::conn::OwnConn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
-use crate::protocol::scripts::{self, Complete, CompleteEntry, ScriptCall};
+use crate::protocol::outcome::Outcome;
+use crate::protocol::scripts::{self, Complete, CompleteEntry, Completed, ScriptCall};
 use crate::shared::Shared;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, oneshot};
@@ -18,6 +21,10 @@ use tokio_util::sync::CancellationToken;
 
 /// Most outcomes or releases written in one call.
 const MAX_BATCH: usize = 256;
+
+/// How much longer than the result ttl a stored answer is kept: a waiter told of it just
+/// before its outcome expires still finds it.
+const ANSWER_GRACE_MS: u64 = 60_000;
 
 /// A job for the writer.
 pub(crate) enum WriteJob {
@@ -37,7 +44,13 @@ pub(crate) struct Completion {
     /// Small enough to wait for a trim (see `complete.lua`).
     pub(crate) small: bool,
     pub(crate) label: &'static str,
+    /// The encoded outcome; unused for a stored answer.
     pub(crate) outcome: Vec<u8>,
+    /// A response to store beside the stream (docs/PROTOCOL.md, "Stored answers"): SET
+    /// under a new name in the same write as each call that records it, the outcome
+    /// naming it. A new name each time: a call that failed on the way may have recorded
+    /// its outcome, and the call sent again must not delete that answer when it loses.
+    pub(crate) answer: Option<Vec<u8>>,
     pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
 }
 
@@ -129,6 +142,18 @@ pub(super) struct WriterTask {
     pub(super) claim_idle: Duration,
     pub(super) leases: Arc<Leases>,
     pub(super) stop: CancellationToken,
+    /// This consumer's part of the names of its stored answers, random: a name is never
+    /// used twice, by this consumer or another, or by this one after a restart.
+    pub(super) answer_token: String,
+    pub(super) next_answer: AtomicU64,
+}
+
+impl WriterTask {
+    /// A new name for a stored answer of entry `sid` (see `lib.lua`, "stored answer").
+    fn answer_name(&self, sid: &str) -> String {
+        let n = self.next_answer.fetch_add(1, Ordering::Relaxed);
+        format!("a{sid}.{}.{n}", self.answer_token)
+    }
 }
 
 /// Writes outcomes and releases in batches: whatever queued up while the previous call
@@ -136,7 +161,6 @@ pub(super) struct WriterTask {
 /// turns (one call on the wire per node, see [`crate::shared::NodeGate`]): what queues up
 /// while another partition's call is on the wire goes in this partition's next call.
 pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
-    let mut backoff = Backoff::new();
     // The writer's own connection: one call at a time, off the shared connection.
     let mut conn: Option<OwnConn> = None;
     let mut jobs = Vec::new();
@@ -157,39 +181,17 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
         }
         if !completes.is_empty() {
-            // Retry while the lease could still be ours; after that another consumer
-            // has taken the entry over and our outcome would be dropped anyway.
-            let give_up = Instant::now() + inner.claim_idle;
-            let result = loop {
-                match write_completions(&inner, &mut conn, &completes).await {
-                    Ok(r) => break Ok(r),
-                    Err(e) if Instant::now() < give_up && !inner.stop.is_cancelled() => {
-                        tracing::warn!(error = %format_args!("{e:#}"), "writing outcomes failed; retrying");
-                        // The other partitions' writers go on meanwhile.
-                        drop(turn.take());
-                        tokio::time::sleep(backoff.next()).await;
-                        turn = Some(gate.acquire().await.expect("never closed"));
-                    }
-                    Err(e) => break Err(e),
-                }
-            };
-            backoff.reset();
+            let results =
+                write_all_completions(&inner, &mut conn, &completes, &gate, &mut turn).await;
             let metrics = &inner.shared.metrics;
             let mut held = inner.leases.held.lock().unwrap();
-            for (i, c) in completes.into_iter().enumerate() {
+            for (c, r) in completes.into_iter().zip(results) {
                 held.remove(&c.sid);
-                let r = match &result {
-                    Ok(flags) => {
-                        let recorded = flags.get(i).copied().unwrap_or(false);
-                        if recorded {
-                            metrics.completed(c.label, 1);
-                        } else {
-                            metrics.duplicate_dropped(1);
-                        }
-                        Ok(recorded)
-                    }
-                    Err(e) => Err(e.clone()),
-                };
+                match &r {
+                    Ok(true) => metrics.completed(c.label, 1),
+                    Ok(false) => metrics.duplicate_dropped(1),
+                    Err(_) => {}
+                }
                 if let Some(a) = c.ack {
                     let _ = a.send(r);
                 }
@@ -232,12 +234,81 @@ fn take_queued<T>(rx: &mut mpsc::UnboundedReceiver<T>, jobs: &mut Vec<T>) {
     }
 }
 
+/// Writes the outcomes of `completes`: whether each was recorded (or the error). Retries
+/// while the leases could still be ours (after that another consumer has taken the
+/// entries over and the outcomes would be dropped anyway), the node's turn given up
+/// meanwhile so the other partitions' writers go on: a failed call is sent again whole,
+/// an outcome whose stored answer did not arrive alone.
+async fn write_all_completions<'g>(
+    inner: &WriterTask,
+    conn: &mut Option<OwnConn>,
+    completes: &[Completion],
+    gate: &'g tokio::sync::Semaphore,
+    turn: &mut Option<tokio::sync::SemaphorePermit<'g>>,
+) -> Vec<Result<bool>> {
+    let give_up = Instant::now() + inner.claim_idle;
+    let mut backoff = Backoff::new();
+    let mut results: Vec<Option<Result<bool>>> = vec![None; completes.len()];
+    let mut todo: Vec<usize> = (0..completes.len()).collect();
+    loop {
+        let batch: Vec<&Completion> = todo.iter().map(|&i| &completes[i]).collect();
+        let retry = match write_completions(inner, conn, &batch).await {
+            Ok(done) => {
+                let mut missing = Vec::new();
+                for (&i, d) in todo.iter().zip(done) {
+                    match d {
+                        Completed::Recorded => results[i] = Some(Ok(true)),
+                        Completed::Dropped => results[i] = Some(Ok(false)),
+                        Completed::AnswerMissing => missing.push(i),
+                    }
+                }
+                todo = missing;
+                if todo.is_empty() {
+                    break;
+                }
+                Error::new(
+                    ErrorKind::Redis,
+                    "Redis did not store the response (the SET before the outcome failed)",
+                )
+            }
+            Err(e) => e,
+        };
+        if Instant::now() >= give_up || inner.stop.is_cancelled() {
+            for &i in &todo {
+                results[i] = Some(Err(retry.clone()));
+            }
+            break;
+        }
+        tracing::warn!(error = %format_args!("{retry:#}"), "writing outcomes failed; retrying");
+        drop(turn.take());
+        tokio::time::sleep(backoff.next()).await;
+        *turn = Some(gate.acquire().await.expect("never closed"));
+    }
+    results
+        .into_iter()
+        .map(|r| r.expect("every outcome written or failed"))
+        .collect()
+}
+
 async fn write_completions(
     inner: &WriterTask,
     conn: &mut Option<OwnConn>,
-    jobs: &[Completion],
-) -> Result<Vec<bool>> {
+    jobs: &[&Completion],
+) -> Result<Vec<Completed>> {
     let sh = &inner.shared;
+    // Each stored answer under a new name, and the outcome that names it.
+    let stored: Vec<Option<(String, Vec<u8>)>> = jobs
+        .iter()
+        .map(|c| {
+            let body = c.answer.as_ref()?;
+            let name = inner.answer_name(&c.sid);
+            let outcome = Outcome::Stored {
+                len: body.len(),
+                name: name.clone(),
+            };
+            Some((name, outcome.encode()))
+        })
+        .collect();
     let call = Complete {
         result_ttl_ms: ms(sh.queue.result_ttl),
         reply_maxlen: sh.queue.reply_maxlen,
@@ -245,17 +316,28 @@ async fn write_completions(
     }
     .call(
         &sh.scripts,
-        jobs.iter().map(|c| CompleteEntry {
+        jobs.iter().zip(&stored).map(|(c, s)| CompleteEntry {
             sid: &c.sid,
             rid: &c.rid,
             from: &c.from,
             indexed: c.indexed,
             stored_body: c.stored_body,
             small: c.small,
-            outcome: &c.outcome,
+            outcome: s.as_ref().map_or(&c.outcome, |(_, o)| o),
         }),
     );
-    eval_own(inner, conn, &call)
+    let ttl_ms = ms(sh.queue.result_ttl) + ANSWER_GRACE_MS;
+    let answers: Vec<StoredBody<'_>> = jobs
+        .iter()
+        .zip(&stored)
+        .filter_map(|(c, s)| Some((c.answer.as_ref()?, &s.as_ref()?.0)))
+        .map(|(body, name)| StoredBody {
+            key: sh.keys.body(name),
+            body,
+            ttl_ms,
+        })
+        .collect();
+    eval_own(inner, conn, &call, &answers)
         .await
         .map_err(|e| Error::redis("writing outcomes", e))
 }
@@ -273,19 +355,20 @@ async fn release(
         idle_ms,
     }
     .call(&sh.scripts, sids.iter().map(String::as_str));
-    eval_own(inner, conn, &call)
+    eval_own(inner, conn, &call, &[])
         .await
         .map_err(|e| Error::redis("releasing entries", e))?;
     Ok(())
 }
 
-/// Runs a script call on the writer's own connection, opening it when needed; a
-/// connection that failed (other than with an error reply) is dropped, and the next
-/// call opens a new one.
+/// Runs a script call on the writer's own connection, after the SETs of `answers` in the
+/// same write, opening the connection when needed; a connection that failed (other than
+/// with an error reply) is dropped, and the next call opens a new one.
 async fn eval_own<R>(
     inner: &WriterTask,
     conn: &mut Option<OwnConn>,
     call: &ScriptCall<'_, R>,
+    answers: &[StoredBody<'_>],
 ) -> redis::RedisResult<R> {
     let sh = &inner.shared;
     if conn.is_none() {
@@ -302,7 +385,11 @@ async fn eval_own<R>(
         }
     }
     let c = conn.as_mut().expect("just opened");
-    let r = call.invoke_on(c, &mut sh.conn()).await;
+    let r = if answers.is_empty() {
+        call.invoke_on(c, &mut sh.conn()).await
+    } else {
+        call.invoke_after_on(c, &mut sh.conn(), answers).await
+    };
     if let Err(e) = &r {
         if e.code().is_none() {
             *conn = None;

@@ -1,7 +1,7 @@
 //! The producer's slow loop: trim and refresh its reply stream, sweep for outcomes whose
 //! push was missed, run the janitor.
 
-use super::pending::{Inner, SubmitJob};
+use super::pending::Inner;
 use super::replies::create_reply_stream;
 use crate::clock::{ms, now_ms};
 use crate::error::{Error, Result};
@@ -116,30 +116,13 @@ async fn sweep(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
                 // Unknown to Redis (lost in a restart without persistence), in flight
                 // without this producer (a requeued dead letter, a value rewritten by
                 // someone else) or not pelican's: submit it again while it has time.
-                _ if *alive => resubmit(inner, rid),
+                _ if *alive => inner.resubmit(
+                    rid,
+                    "request unknown to Redis (lost in a restart?); submitting it again",
+                ),
                 _ => {}
             }
         }
     }
     Ok(())
-}
-
-fn resubmit(inner: &Inner, rid: &str) {
-    let job = {
-        let st = inner.state.lock().unwrap();
-        let Some(p) = st.pending.get(rid) else { return };
-        SubmitJob {
-            rid: rid.to_string(),
-            body: p.body.clone(),
-            deadline_ms: p.deadline_ms,
-            indexed: p.indexed,
-            tp: p.tp.clone(),
-            ack: None,
-        }
-    };
-    tracing::info!(
-        rid,
-        "request unknown to Redis (lost in a restart?); submitting it again"
-    );
-    let _ = inner.submit_tx.send(job);
 }

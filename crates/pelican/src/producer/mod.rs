@@ -6,6 +6,7 @@
 //! by one blocking reader on a dedicated connection; a slow sweep looks outcomes up
 //! directly in case a reply was missed.
 
+mod answers;
 mod cancel;
 mod maintenance;
 mod pending;
@@ -66,6 +67,7 @@ impl Owner {
         let start_id = replies::create_reply_stream(&shared, &reply_key, config.reply_ttl).await?;
         let (submit_tx, submit_rx) = mpsc::unbounded_channel();
         let (cancel_tx, cancel_rx) = mpsc::unbounded_channel();
+        let (answer_tx, answer_rx) = mpsc::unbounded_channel();
         let inner = Arc::new(Inner {
             shared,
             config,
@@ -74,6 +76,7 @@ impl Owner {
             state: Mutex::new(State::default()),
             submit_tx,
             cancel_tx,
+            answer_tx,
             closed: AtomicBool::new(false),
             failure: Mutex::new(None),
             next_token: AtomicU64::new(1),
@@ -93,6 +96,7 @@ impl Owner {
         }));
         tasks.spawn("submitter", submit::submitter(inner.clone(), submit_rx));
         tasks.spawn("canceller", cancel::canceller(inner.clone(), cancel_rx));
+        tasks.spawn("answer fetcher", answers::fetcher(inner.clone(), answer_rx));
         tasks.spawn(
             "maintenance",
             maintenance::maintenance(Arc::downgrade(&inner)),
@@ -335,6 +339,7 @@ where
                             queued: false,
                             expiry_resubmits: 0,
                             tp: tp.clone(),
+                            lost_answers: 0,
                         },
                     );
                     false

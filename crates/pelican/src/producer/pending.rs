@@ -1,6 +1,7 @@
 //! The producer's state: the requests it waits for (the waiters table) and how an
 //! outcome reaches every local waiter of a request.
 
+use super::answers::AnswerJob;
 use crate::clock::now_ms;
 use crate::config::ProducerConfig;
 use crate::error::{Error, ErrorKind, Result};
@@ -28,6 +29,8 @@ pub(crate) struct Inner {
     pub(crate) state: Mutex<State>,
     pub(crate) submit_tx: mpsc::UnboundedSender<SubmitJob>,
     pub(crate) cancel_tx: mpsc::UnboundedSender<CancelJob>,
+    /// Stored answers to fetch (`answers.rs`).
+    pub(crate) answer_tx: mpsc::UnboundedSender<AnswerJob>,
     pub(crate) closed: AtomicBool,
     /// Why the producer stopped working, when one of its tasks panicked.
     pub(crate) failure: Mutex<Option<Error>>,
@@ -61,6 +64,9 @@ pub(crate) struct Pending {
     pub(crate) expiry_resubmits: u8,
     /// The submitting span's trace context (`tp`), written again with the request.
     pub(crate) tp: Option<String>,
+    /// Times this request was submitted again because its stored answer was gone
+    /// (`answers.rs`).
+    pub(crate) lost_answers: u8,
 }
 
 pub(crate) struct SubmitJob {
@@ -115,8 +121,22 @@ impl Inner {
             .unwrap_or_else(|| Error::new(ErrorKind::Shutdown, "the producer is shut down"))
     }
 
-    /// Hands an outcome to every local waiter of `rid`.
+    /// Hands an outcome to every local waiter of `rid`; a stored answer is fetched
+    /// first (`answers.rs`).
     pub(crate) fn resolve(&self, rid: &str, resolution: Resolution) {
+        if let Ok(Outcome::Stored { len, name }) = resolution {
+            let indexed = match self.state.lock().unwrap().pending.get(rid) {
+                Some(p) => p.indexed,
+                None => return,
+            };
+            let _ = self.answer_tx.send(AnswerJob {
+                rid: rid.to_string(),
+                len,
+                name,
+                indexed,
+            });
+            return;
+        }
         if matches!(resolution, Ok(Outcome::Expired(_))) && self.resubmit_expired(rid) {
             return;
         }
@@ -171,6 +191,25 @@ impl Inner {
             "request expired before this producer's deadline; submitting it again"
         );
         self.submit_tx.send(job).is_ok()
+    }
+
+    /// Submits request `rid` again as it was first submitted (Redis lost it, or its
+    /// answer), if it is still waited for; `why` is logged.
+    pub(crate) fn resubmit(&self, rid: &str, why: &str) {
+        let job = {
+            let st = self.state.lock().unwrap();
+            let Some(p) = st.pending.get(rid) else { return };
+            SubmitJob {
+                rid: rid.to_string(),
+                body: p.body.clone(),
+                deadline_ms: p.deadline_ms,
+                indexed: p.indexed,
+                tp: p.tp.clone(),
+                ack: None,
+            }
+        };
+        tracing::info!(rid, "{why}");
+        let _ = self.submit_tx.send(job);
     }
 
     /// Resolves from a reply-stream pair, if this producer waits on that request.

@@ -291,6 +291,11 @@ pub(crate) fn mget_bodies(
     cmd
 }
 
+/// The values of an `MGET` reply, in order (`None` where a key was missing).
+pub(crate) fn mget_values(reply: Value) -> Vec<Option<Vec<u8>>> {
+    into_array(reply).into_iter().map(into_bytes).collect()
+}
+
 /// Puts the bodies a [`mget_bodies`] `MGET` returned into their entries, as the
 /// field `body`; a missing one (nil) is left out, and the entry is dead-lettered with
 /// that reason.

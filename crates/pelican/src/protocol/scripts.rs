@@ -35,6 +35,7 @@ pub(crate) struct Scripts {
     release: Script,
     reject: Script,
     cancel: Script,
+    forget: Script,
     janitor: Script,
     requeue: Script,
 }
@@ -50,6 +51,7 @@ impl Scripts {
             release: Script::new(include_str!("../../lua/release.lua")),
             reject: with_lib(include_str!("../../lua/reject.lua")),
             cancel: with_lib(include_str!("../../lua/cancel.lua")),
+            forget: Script::new(include_str!("../../lua/forget.lua")),
             janitor: with_lib(include_str!("../../lua/janitor.lua")),
             requeue: with_lib(include_str!("../../lua/requeue.lua")),
         }
@@ -197,6 +199,26 @@ fn count_reply(v: Value) -> RedisResult<u64> {
 }
 
 // ---------------------------------------------------------------------------------
+// forget.lua
+
+/// `forget.lua`: forgets request `rid`'s cached outcome if it is still `outcome` (a stored
+/// answer found gone). Replies whether it did.
+pub(crate) struct Forget<'a> {
+    pub(crate) rid: &'a str,
+    /// The encoded outcome, as read.
+    pub(crate) outcome: &'a [u8],
+}
+
+impl Forget<'_> {
+    pub(crate) fn call<'s>(&self, s: &'s Scripts) -> ScriptCall<'s, u64> {
+        let key = s.keys.req(self.rid);
+        let mut c = ScriptCall::new(&s.forget, &[&key], count_reply);
+        c.arg(self.outcome);
+        c
+    }
+}
+
+// ---------------------------------------------------------------------------------
 // complete.lua
 
 /// `complete.lua`: records the outcomes of a batch of delivered entries (first outcome
@@ -219,7 +241,7 @@ pub(crate) struct CompleteEntry<'a> {
     pub(crate) stored_body: bool,
     /// Small enough to be left for the trim instead of its own `XDEL`.
     pub(crate) small: bool,
-    /// The encoded [`Outcome`].
+    /// The encoded [`Outcome`]; for [`Outcome::Stored`], the answer is SET just before.
     pub(crate) outcome: &'a [u8],
 }
 
@@ -228,7 +250,7 @@ impl Complete {
         &self,
         s: &'s Scripts,
         entries: impl IntoIterator<Item = CompleteEntry<'e>>,
-    ) -> ScriptCall<'s, Vec<bool>> {
+    ) -> ScriptCall<'s, Vec<Completed>> {
         let k = &s.keys;
         let mut c = ScriptCall::new(
             &s.complete,
@@ -257,9 +279,27 @@ impl Complete {
     }
 }
 
-fn flags_reply(v: Value) -> RedisResult<Vec<bool>> {
+/// What `complete.lua` did with one outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Completed {
+    /// Recorded, and pushed to the waiters.
+    Recorded,
+    /// Dropped: another outcome came first (or the entry was withdrawn or dead).
+    Dropped,
+    /// Not done: its stored answer was not there (the SET before the call failed).
+    AnswerMissing,
+}
+
+fn flags_reply(v: Value) -> RedisResult<Vec<Completed>> {
     let flags: Vec<i64> = redis::from_redis_value(v)?;
-    Ok(flags.into_iter().map(|f| f == 1).collect())
+    Ok(flags
+        .into_iter()
+        .map(|f| match f {
+            1 => Completed::Recorded,
+            2 => Completed::AnswerMissing,
+            _ => Completed::Dropped,
+        })
+        .collect())
 }
 
 // ---------------------------------------------------------------------------------

@@ -3,9 +3,11 @@
 //! `max_body_bytes` allows it; nothing of a body is left in Redis once it is answered.
 
 use crate::common::*;
-use pelican::{Bytes, Consumer, ErrorKind, Producer, Raw};
+use pelican::admin::RequestState;
+use pelican::{Admin, Bytes, Consumer, ErrorKind, Producer, Raw, Submitted};
 use pelican_testkit::RedisServer;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 const MIB: usize = 1 << 20;
 
@@ -22,12 +24,35 @@ async fn raw_producer(q: &pelican::QueueConfig) -> Producer<Bytes, Bytes, Raw> {
     Producer::connect(q.clone(), fast_producer()).await.unwrap()
 }
 
-/// The queue's stored bodies still in Redis.
-fn stored_bodies(server: &RedisServer, q: &pelican::QueueConfig) -> Vec<String> {
-    keys_of(server, q)
-        .into_iter()
-        .filter(|k| k.contains(":body:"))
-        .collect()
+/// Stored answers are kept as long as their outcome is cached (the result ttl and a
+/// minute): with dedup on, one per answer of 4 KiB or more; with dedup off none, once the
+/// producer has read them (it deletes them just after).
+async fn answers_left_are_the_cached_ones(
+    server: &RedisServer,
+    q: &pelican::QueueConfig,
+    dedup: bool,
+    cached: usize,
+) {
+    if dedup {
+        let answers = stored_answers(server, q);
+        assert_eq!(
+            answers.len(),
+            cached,
+            "one stored answer per large response: {answers:?}"
+        );
+        let most = (q.result_ttl + Duration::from_secs(60)).as_millis() as i64;
+        assert!(
+            answers.iter().all(|(_, ttl)| *ttl > 0 && *ttl <= most),
+            "every answer expires with its outcome: {answers:?}"
+        );
+    } else {
+        let left = || {
+            let n = stored_answers(server, q).len();
+            async move { n == 0 }
+        };
+        pelican_testkit::eventually(Duration::from_secs(10), "read answers to be deleted", left)
+            .await;
+    }
 }
 
 /// Bodies from 100 bytes to 16 MiB, with dedup on (stored beside the stream from 4 KiB)
@@ -70,6 +95,8 @@ async fn raw_bodies_up_to_16_mib_round_trip_and_leave_no_body_behind() {
             Vec::<String>::new(),
             "dedup {dedup}: answered requests keep no body"
         );
+        let large = sizes.iter().filter(|&&n| n >= 4096).count();
+        answers_left_are_the_cached_ones(&server, &q, dedup, large).await;
         stop.stop();
         w.await.unwrap().unwrap();
         p.shutdown().await.unwrap();
@@ -123,6 +150,7 @@ async fn large_reads_are_split_over_connections_and_each_request_runs_once() {
         w.await.unwrap().unwrap();
         p.shutdown().await.unwrap();
         assert_eq!(stored_bodies(&server, &q), Vec::<String>::new());
+        answers_left_are_the_cached_ones(&server, &q, dedup, n as usize).await;
     }
 }
 
@@ -263,4 +291,64 @@ async fn a_stored_body_goes_to_the_dead_letters_and_back() {
         Vec::<String>::new(),
         "purged with its letter"
     );
+}
+
+/// A 100 KB answer to a small request: the request, then `x` up to 100 KB.
+fn large_answer(req: Bytes) -> Bytes {
+    let mut a = vec![b'x'; 100_000];
+    a[..req.len()].copy_from_slice(&req);
+    a.into()
+}
+
+/// Large answers (docs/PROTOCOL.md, "Stored answers"): a 100 KB response to a small
+/// request reaches both producers joined on it and a later identical request answered
+/// from the cache, byte for byte, solved once; `inspect` shows its first bytes; and when
+/// the answer is gone from Redis (evicted), the request is solved again: its waiter gets
+/// the answer, not an error or a hang.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_answers_reach_every_waiter_and_the_cache_and_a_lost_one_is_solved_again() {
+    let server = RedisServer::start();
+    let q = queue(&server, "answers");
+    let p1 = raw_producer(&q).await;
+    let p2 = raw_producer(&q).await;
+    let req = Bytes::from_static(b"render frame 7");
+    // Both submitted before the worker starts: joined on one entry.
+    let t1 = p1.submit_bytes(req.clone()).await.unwrap();
+    let t2 = p2.submit_bytes(req.clone()).await.unwrap();
+    assert_eq!(t2.submitted(), Submitted::Joined);
+    let rid = t1.request_id().to_string();
+    let (runs, stop, w) = counting_raw_worker(&q, 2, large_answer).await;
+    let want = large_answer(req.clone());
+    assert!(t1.await.unwrap() == want, "the first waiter's answer");
+    assert!(t2.await.unwrap() == want, "the joined waiter's answer");
+
+    let t3 = p1.submit_bytes(req.clone()).await.unwrap();
+    assert_eq!(t3.submitted(), Submitted::Cached);
+    assert!(t3.await.unwrap() == want, "the cached answer");
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "solved once");
+
+    let admin = Admin::connect(q.clone()).await.unwrap();
+    let info = admin.inspect(&rid).await.unwrap().expect("known");
+    assert_eq!(info.state, RequestState::Ok);
+    assert_eq!(
+        info.outcome_preview.as_deref(),
+        Some(std::str::from_utf8(&want[..200]).unwrap())
+    );
+
+    let answers = stored_answers(&server, &q);
+    assert_eq!(answers.len(), 1, "one stored answer: {answers:?}");
+    let mut c = server.sync_connection();
+    let () = redis::cmd("DEL").arg(&answers[0].0).query(&mut c).unwrap();
+    // Gone from Redis (evicted, say): the next identical request is solved again, not
+    // answered with what is not there.
+    assert!(
+        p2.call_bytes(req.clone()).await.unwrap() == want,
+        "solved again"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "solved a second time");
+    assert_eq!(stored_answers(&server, &q).len(), 1, "the new answer");
+    stop.stop();
+    w.await.unwrap().unwrap();
+    p1.shutdown().await.unwrap();
+    p2.shutdown().await.unwrap();
 }

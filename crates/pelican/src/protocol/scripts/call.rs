@@ -2,6 +2,7 @@
 //! connection, a task's own, after other commands in one write, or by hand).
 
 use super::unexpected;
+use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::{evalsha, OwnConn};
 use redis::{Cmd, RedisResult, Script, ToRedisArgs, Value};
 
@@ -101,6 +102,42 @@ impl<'s, R> ScriptCall<'s, R> {
                     loaded = true;
                 }
                 r => return (self.reply)(r?),
+            }
+        }
+    }
+
+    /// Runs it on a connection of a task's own after the SETs of `bodies`, all in one
+    /// write (on a lean connection each body written from where it lies), loading the
+    /// script through `loader` when Redis does not know it (the SETs are then sent again:
+    /// they are idempotent). The SETs' own replies are not checked: the script sees
+    /// whether each value is there.
+    pub(crate) async fn invoke_after_on(
+        &self,
+        conn: &mut OwnConn,
+        loader: &mut crate::conn::Conn,
+        bodies: &[StoredBody<'_>],
+    ) -> RedisResult<R> {
+        let c = match conn {
+            OwnConn::Lean(c) => c,
+            OwnConn::Client(c) => {
+                let pipe = self.after(bodies.iter().map(StoredBody::cmd).collect());
+                return self.invoke_pipeline(&pipe, c).await;
+            }
+        };
+        let frames: Vec<Framed<'_>> = bodies.iter().map(StoredBody::framed).collect();
+        let packed = self.packed();
+        let mut parts: Vec<&[u8]> = frames.iter().flat_map(Framed::parts).collect();
+        parts.push(&packed);
+        let mut loaded = false;
+        loop {
+            let last = c.send_parts(&parts, frames.len() + 1).await?.pop();
+            match last.expect("one reply per command") {
+                Value::ServerError(e) if e.code() == "NOSCRIPT" && !loaded => {
+                    self.script.load_async(loader).await?;
+                    loaded = true;
+                }
+                Value::ServerError(e) => return Err(e.into()),
+                v => return (self.reply)(v),
             }
         }
     }

@@ -119,6 +119,19 @@ impl Fixture {
         now_ms: u64,
         entries: impl IntoIterator<Item = CompleteEntry<'e>>,
     ) -> Vec<bool> {
+        self.complete_all(now_ms, entries)
+            .await
+            .into_iter()
+            .map(|c| c == Completed::Recorded)
+            .collect()
+    }
+
+    /// Records the outcomes of `entries` at `now_ms` (`complete.lua`): what became of each.
+    async fn complete_all<'e>(
+        &self,
+        now_ms: u64,
+        entries: impl IntoIterator<Item = CompleteEntry<'e>>,
+    ) -> Vec<Completed> {
         Complete {
             result_ttl_ms: TTL_MS,
             reply_maxlen: 100,

@@ -85,6 +85,28 @@ pub fn keys_of(server: &RedisServer, q: &QueueConfig) -> Vec<String> {
     keys
 }
 
+/// The queue's stored request bodies still in Redis (docs/PROTOCOL.md, "Stored bodies").
+pub fn stored_bodies(server: &RedisServer, q: &QueueConfig) -> Vec<String> {
+    keys_of(server, q)
+        .into_iter()
+        .filter(|k| k.contains(":body:") && !k.contains(":body:a"))
+        .collect()
+}
+
+/// The queue's stored answers still in Redis (docs/PROTOCOL.md, "Stored answers"), each
+/// with its ttl in ms (-1: none).
+pub fn stored_answers(server: &RedisServer, q: &QueueConfig) -> Vec<(String, i64)> {
+    let mut c = server.sync_connection();
+    keys_of(server, q)
+        .into_iter()
+        .filter(|k| k.contains(":body:a"))
+        .map(|k| {
+            let ttl: i64 = redis::cmd("PTTL").arg(&k).query(&mut c).unwrap();
+            (k, ttl)
+        })
+        .collect()
+}
+
 /// Where a test's queue lives: one redis-server, or a Redis Cluster.
 pub enum Target {
     Node(RedisServer),

@@ -137,3 +137,159 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
     let again: Vec<u8> = f.query(redis::cmd("GET").arg(f.keys.body(&new_sid))).await;
     assert_eq!(again, body);
 }
+
+/// A stored answer (docs/PROTOCOL.md, "Stored answers"): complete.lua records and pushes
+/// the outcome that names it, never its bytes; a later outcome for the same entry loses
+/// and its own answer is deleted (the winner's stays); an outcome whose answer did not
+/// arrive changes nothing and says so; dedup off, the same holds with the XACK gate.
+#[tokio::test]
+async fn a_stored_answer_is_named_by_its_outcome_and_a_losers_is_deleted() {
+    let f = fixture().await;
+    let now = crate::clock::now_ms();
+    f.reply_stream("p1").await;
+    let exists = |key: String| {
+        let f = &f;
+        async move { f.query::<bool>(redis::cmd("EXISTS").arg(key)).await }
+    };
+    let answer = vec![b'a'; 50_000];
+    let set = |name: &'static str| {
+        let (f, answer) = (&f, answer.clone());
+        async move {
+            let () = f
+                .query(
+                    redis::cmd("SET")
+                        .arg(f.keys.body(name))
+                        .arg(answer)
+                        .arg("PX")
+                        .arg(TTL_MS + 60_000),
+                )
+                .await;
+        }
+    };
+    let stored = |name: &str| {
+        Outcome::Stored {
+            len: 50_000,
+            name: name.into(),
+        }
+        .encode()
+    };
+    for indexed in [true, false] {
+        let (sid, rid) = if indexed {
+            let SubmitAnswer::Queued(sid) = f.submit("p1", "r", now).await else {
+                panic!("queued")
+            };
+            (sid, "r")
+        } else {
+            let sid: String = f
+                .query(
+                    redis::cmd("XADD")
+                        .arg(&f.keys.stream)
+                        .arg("*")
+                        .arg("rid")
+                        .arg("plain")
+                        .arg("from")
+                        .arg("p1")
+                        .arg("index")
+                        .arg("0")
+                        .arg("body")
+                        .arg("{}"),
+                )
+                .await;
+            (sid, "plain")
+        };
+        assert_eq!(f.deliver().await, vec![sid.clone()]);
+        let complete = |outcome: Vec<u8>| {
+            let (f, sid) = (&f, sid.clone());
+            async move {
+                f.complete_all(
+                    now,
+                    [CompleteEntry {
+                        sid: &sid,
+                        rid,
+                        from: "p1",
+                        indexed,
+                        stored_body: false,
+                        small: false,
+                        outcome: &outcome,
+                    }],
+                )
+                .await
+            }
+        };
+        let (first, second, missing) = if indexed {
+            ("a1.t.1", "a1.t.2", "a1.t.3")
+        } else {
+            ("a2.t.1", "a2.t.2", "a2.t.3")
+        };
+        // its SET did not arrive: nothing is done, the entry stays pending
+        assert_eq!(
+            complete(stored(missing)).await,
+            vec![Completed::AnswerMissing],
+            "indexed {indexed}"
+        );
+        let pending: Value = f
+            .query(
+                redis::cmd("XPENDING")
+                    .arg(&f.keys.stream)
+                    .arg(&f.keys.group),
+            )
+            .await;
+        assert_eq!(entry::array(&pending).first().and_then(entry::int), Some(1));
+        if indexed {
+            assert!(matches!(f.index(rid).await, Some(IndexValue::Pending(_))));
+        }
+
+        set(first).await;
+        assert_eq!(complete(stored(first)).await, vec![Completed::Recorded]);
+        set(second).await;
+        assert_eq!(
+            complete(stored(second)).await,
+            vec![Completed::Dropped],
+            "indexed {indexed}: first outcome wins"
+        );
+        assert!(
+            exists(f.keys.body(first)).await,
+            "the winner's answer stays"
+        );
+        assert!(
+            !exists(f.keys.body(second)).await,
+            "indexed {indexed}: the loser's answer is deleted"
+        );
+        let pushed: Vec<(String, Vec<u8>)> = f.replies("p1").await;
+        assert_eq!(
+            pushed.last(),
+            Some(&(rid.to_string(), stored(first))),
+            "the reply names the answer"
+        );
+        if indexed {
+            assert_eq!(
+                f.index(rid).await,
+                Some(IndexValue::Done(Outcome::decode(&stored(first)).unwrap()))
+            );
+            assert_eq!(
+                f.submit("p2", rid, now).await,
+                SubmitAnswer::Cached(Outcome::decode(&stored(first)).unwrap()),
+                "a later identical request is told where the answer is"
+            );
+            // a producer that found the answer gone forgets the outcome, only if it is
+            // still the one that named it
+            let forget = |outcome: Vec<u8>| {
+                let f = &f;
+                async move {
+                    Forget {
+                        rid,
+                        outcome: &outcome,
+                    }
+                    .call(&f.scripts)
+                    .invoke(&mut f.conn.clone())
+                    .await
+                    .unwrap()
+                }
+            };
+            assert_eq!(forget(stored(second)).await, 0, "another outcome: kept");
+            assert!(f.index(rid).await.is_some());
+            assert_eq!(forget(stored(first)).await, 1);
+            assert_eq!(f.index(rid).await, None, "forgotten");
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! Stored answers (docs/PROTOCOL.md, "Stored answers"): a response of `STORED_ANSWER_MIN`
+//! bytes or more reaches the producer as an outcome that names where it is stored, from
+//! the reply stream, the sweep or a cached outcome alike. [`Inner::resolve`] hands such an
+//! outcome here; the fetcher reads the answers with `MGET` (split over a few lean
+//! connections when they are large, as the consumer's reader splits its reads), resolves
+//! the waiters, and deletes what nothing caches (dedup off: one waiter, no index).
+
+use super::pending::Inner;
+use super::stored::{give_back, take};
+use crate::clock::now_ms;
+use crate::conn::retry::Backoff;
+use crate::conn::wire::LeanConn;
+use crate::error::{Error, ErrorKind};
+use crate::protocol::entry;
+use crate::protocol::outcome::Outcome;
+use crate::protocol::scripts::Forget;
+use futures_util::future::join_all;
+use redis::{Cmd, RedisResult, Value};
+use std::collections::HashSet;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+/// Most times a request whose stored answer was gone is submitted again.
+const MAX_LOST: u8 = 2;
+/// Most answers fetched in one round.
+const MAX_ROUND: usize = 256;
+/// The most connections one round is split over.
+const CONNECTIONS: usize = 4;
+/// Bytes a part of a round is worth at least: about what Redis writes to one client per
+/// turn of its event loop (see `consumer/fetch.rs`).
+const PART_BYTES: usize = 64 << 10;
+
+/// A stored answer to fetch for request `rid`.
+#[derive(Debug, Clone)]
+pub(crate) struct AnswerJob {
+    pub(crate) rid: String,
+    /// Its length, as the outcome says (how a round is split).
+    pub(crate) len: usize,
+    /// Its name under the queue's body prefix.
+    pub(crate) name: String,
+    /// Whether the request has an index (dedup on): the outcome is cached, and the answer
+    /// stays for the other waiters and later submitters until its ttl.
+    pub(crate) indexed: bool,
+}
+
+/// Fetches the answers handed to it and resolves their waiters. A round that fails (a
+/// dropped connection, Redis down) is tried again with backoff, for as long as the
+/// requests are waited for (a waiter's timeout ends the wait).
+pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<AnswerJob>) {
+    let mut jobs: Vec<AnswerJob> = Vec::new();
+    let mut backoff = Backoff::new();
+    loop {
+        if jobs.is_empty() && rx.recv_many(&mut jobs, MAX_ROUND).await == 0 {
+            return;
+        }
+        while jobs.len() < MAX_ROUND {
+            match rx.try_recv() {
+                Ok(j) => jobs.push(j),
+                Err(_) => break,
+            }
+        }
+        // Those still waited for, once each (the reply and a sweep may both name one).
+        {
+            let st = inner.state.lock().unwrap();
+            let mut seen = HashSet::new();
+            jobs.retain(|j| st.pending.contains_key(&j.rid) && seen.insert(j.rid.clone()));
+        }
+        if jobs.is_empty() {
+            continue;
+        }
+        let parts = split(&jobs);
+        let results = join_all(parts.iter().map(|p| fetch(&inner, p))).await;
+        let mut again = Vec::new();
+        let mut failure = None;
+        for (part, r) in parts.into_iter().zip(results) {
+            match r {
+                Ok(values) => {
+                    let read: Vec<String> = part
+                        .iter()
+                        .zip(&values)
+                        .filter(|(j, v)| !j.indexed && v.is_some())
+                        .map(|(j, _)| inner.shared.keys.body(&j.name))
+                        .collect();
+                    for (j, v) in part.iter().zip(values) {
+                        match v {
+                            Some(body) => inner.resolve(&j.rid, Ok(Outcome::Ok(body))),
+                            None => lost(&inner, j).await,
+                        }
+                    }
+                    forget(&inner, read).await;
+                }
+                Err(e) => {
+                    again.extend(part.iter().map(|j| (*j).clone()));
+                    failure = Some(e);
+                }
+            }
+        }
+        jobs = again;
+        match failure {
+            Some(e) => {
+                tracing::warn!(error = %format_args!("{e:#}"), n = jobs.len(), "fetching stored answers failed; retrying");
+                tokio::time::sleep(backoff.next()).await;
+            }
+            None => backoff.reset(),
+        }
+    }
+}
+
+/// Splits a round into parts of at least `PART_BYTES`, at most `CONNECTIONS` of them.
+fn split(jobs: &[AnswerJob]) -> Vec<Vec<&AnswerJob>> {
+    let total: usize = jobs.iter().map(|j| j.len).sum();
+    let parts = (total / PART_BYTES).clamp(1, CONNECTIONS.min(jobs.len()));
+    let per = total.div_ceil(parts);
+    let mut out: Vec<Vec<&AnswerJob>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for j in jobs {
+        if bytes >= per && out.len() < parts {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        out.last_mut().expect("one part at least").push(j);
+        bytes += j.len;
+    }
+    out
+}
+
+/// `MGET` of the answers of `part`, on a lean connection of the producer's pool (or the
+/// shared connection when the queue's are not lean ones).
+async fn fetch(inner: &Inner, part: &[&AnswerJob]) -> RedisResult<Vec<Option<Vec<u8>>>> {
+    let mut cmd = redis::cmd("MGET");
+    for j in part {
+        cmd.arg(inner.shared.keys.body(&j.name));
+    }
+    let reply = run(inner, &cmd).await?;
+    Ok(entry::mget_values(reply))
+}
+
+/// Deletes answers read that nothing else needs (best effort: their ttl ends them
+/// otherwise).
+async fn forget(inner: &Inner, keys: Vec<String>) {
+    if keys.is_empty() {
+        return;
+    }
+    let mut cmd = redis::cmd("DEL");
+    cmd.arg(keys);
+    if let Err(e) = run(inner, &cmd).await {
+        tracing::debug!(error = %format_args!("{e:#}"), "deleting read answers failed; their ttl ends them");
+    }
+}
+
+/// Runs one command on a lean connection of the pool, or on the shared connection.
+async fn run(inner: &Inner, cmd: &Cmd) -> RedisResult<Value> {
+    let Some(conn) = take(inner).await else {
+        return cmd.query_async(&mut inner.shared.conn()).await;
+    };
+    let mut conn: LeanConn = conn?;
+    let r = conn.query(cmd).await;
+    if conn.is_usable() {
+        give_back(inner, conn);
+    }
+    r
+}
+
+/// The answer of `job` is gone from Redis (its ttl outlives its outcome by a minute, so
+/// it was evicted under maxmemory, lost in a restart, or deleted). The request is solved
+/// again rather than failed: its cached outcome is forgotten (if it still names that
+/// answer) and it is submitted afresh, a few times at most; after that, or past its
+/// deadline, its waiters get an error that says what happened.
+async fn lost(inner: &Inner, job: &AnswerJob) {
+    let again = {
+        let mut st = inner.state.lock().unwrap();
+        let Some(p) = st.pending.get_mut(&job.rid) else {
+            return;
+        };
+        let again = p.lost_answers < MAX_LOST && p.deadline_ms > now_ms();
+        p.lost_answers += u8::from(again);
+        again
+    };
+    if again {
+        if job.indexed {
+            let outcome = Outcome::Stored {
+                len: job.len,
+                name: job.name.clone(),
+            }
+            .encode();
+            let forget = Forget {
+                rid: &job.rid,
+                outcome: &outcome,
+            }
+            .call(&inner.shared.scripts);
+            if let Err(e) = forget.invoke(&mut inner.shared.conn()).await {
+                tracing::warn!(error = %format_args!("{e:#}"), rid = job.rid, "forgetting an outcome whose answer is gone failed");
+            }
+        }
+        inner.resubmit(
+            &job.rid,
+            "the stored answer of this request is gone from Redis (evicted?); submitting it again",
+        );
+        return;
+    }
+    let e = Error::new(
+        ErrorKind::Redis,
+        format!(
+            "request {}: its stored answer ({}) is gone from Redis (evicted, lost in a restart, or deleted)",
+            job.rid, job.name
+        ),
+    );
+    inner.resolve(&job.rid, Err(e));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn job(len: usize) -> AnswerJob {
+        AnswerJob {
+            rid: format!("r{len}"),
+            len,
+            name: "a".into(),
+            indexed: true,
+        }
+    }
+
+    #[test]
+    fn rounds_split_by_bytes_into_few_parts() {
+        let small: Vec<AnswerJob> = (0..10).map(|_| job(5_000)).collect();
+        assert_eq!(split(&small).len(), 1, "50 KB in all: one part");
+        let large: Vec<AnswerJob> = (0..10).map(|_| job(100_000)).collect();
+        let parts = split(&large);
+        assert_eq!(parts.len(), CONNECTIONS);
+        assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), 10);
+        assert!(parts.iter().all(|p| !p.is_empty()));
+        let two = vec![job(1_000_000), job(1_000_000)];
+        assert_eq!(split(&two).len(), 2, "never more parts than answers");
+    }
+}
