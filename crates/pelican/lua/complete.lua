@@ -4,10 +4,10 @@
 -- ARGV[5..] quintuples: stream id, rid, from (producer), flags, outcome; the flags are
 --           the index flag, "0" without an index, "1" with one, "2" with one and a stored
 --           body (deleted with the entry: see lib.lua, "stored body"), then "t" when the
---           entry is small (its body, if in the entry, at most 1 KiB): it may be left in
---           the stream for a trim instead of its own XDEL (below)
---           An outcome "A<length>:<name>" is a stored answer (lib.lua, "stored answer"):
---           the response was SET at body_key(q, name) just before this call.
+--           entry is small (its body, if in the entry, at most 1 KiB: it may be left in
+--           the stream for a trim instead of its own XDEL, below) or "-", then "a" when
+--           the outcome is a stored answer, "A<length>:<name>" (lib.lua, "stored
+--           answer"): the response was SET at body_key(q, name) just before this call.
 -- Reply: one integer per entry: 1 = this outcome was recorded and pushed to the waiters,
 --        0 = the entry was finished, cancelled or dead already: this outcome is dropped
 --            (and its stored answer deleted),
@@ -32,10 +32,10 @@ local stream, group = q.stream, q.group
 local out, done, big, acks, bodies = {}, {}, {}, {}, {}
 for i = 5, #ARGV, 5 do
   local sid, rid, from, flags, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
-  local index, small = string.byte(flags, 1, 2) -- '0' = 48, '2' = 50, 't' = 116
+  local index, small, stored = string.byte(flags, 1, 3) -- '0' = 48, '2' = 50, 't' = 116
   local won, waiters = false, nil -- nil: the one waiter is `from`
-  local answer = stored_answer_key(q, outcome)
-  local missing = answer ~= nil and redis.call('EXISTS', answer) == 0
+  local answer = stored and stored_answer_key(q, outcome)
+  local missing = answer and redis.call('EXISTS', answer) == 0
   if missing then
     -- nothing is done: the entry stays in the consumer's hands
   elseif index ~= 48 and rid ~= '' then

@@ -265,18 +265,28 @@ impl Complete {
             c.arg(e.sid)
                 .arg(e.rid)
                 .arg(e.from)
-                .arg(match (e.stored_body, e.indexed, e.small) {
-                    (true, _, true) => "2t",
-                    (true, _, false) => "2",
-                    (false, true, true) => "1t",
-                    (false, true, false) => "1",
-                    (false, false, true) => "0t",
-                    (false, false, false) => "0",
-                })
+                .arg(flags(&e))
                 .arg(e.outcome);
         }
         c
     }
+}
+
+/// The flags of one entry of a `complete.lua` call: its index flag, whether it is small,
+/// whether its outcome is a stored answer (see the script's header).
+fn flags(e: &CompleteEntry<'_>) -> &'static str {
+    let index = match (e.stored_body, e.indexed) {
+        (true, _) => 0,
+        (false, true) => 1,
+        (false, false) => 2,
+    };
+    let stored = e.outcome.first() == Some(&b'A');
+    const FLAGS: [[[&str; 2]; 2]; 3] = [
+        [["2-", "2-a"], ["2t", "2ta"]],
+        [["1-", "1-a"], ["1t", "1ta"]],
+        [["0-", "0-a"], ["0t", "0ta"]],
+    ];
+    FLAGS[index][usize::from(e.small)][usize::from(stored)]
 }
 
 /// What `complete.lua` did with one outcome.
