@@ -192,10 +192,11 @@ fn large_answers_are_checked_and_need_the_raw_codec() {
 }
 
 /// 16 MiB bodies end to end (the queue's limit raised by the bench to fit), raw and
-/// JSON: every answer checked, and the producer's and the worker's peak memory stays a
-/// small multiple of the bodies in flight (4 x 16 MiB), far from one copy per request.
+/// JSON, and 16 MiB answers (stored answers), dedup on and off: every answer checked,
+/// and the producer's and the worker's peak memory stays a small multiple of the bodies
+/// in flight (4 x 16 MiB), far from one copy per request.
 #[test]
-fn sixteen_mib_bodies_keep_memory_bounded() {
+fn sixteen_mib_bodies_and_answers_keep_memory_bounded() {
     let server = RedisServer::start();
     const MIB: u64 = 1 << 20;
     for codec in ["raw", "json"] {
@@ -231,6 +232,47 @@ fn sixteen_mib_bodies_keep_memory_bounded() {
             assert!(
                 peak < 6 * in_flight_kb,
                 "{codec}: {role} peaked at {peak} kB, bodies in flight {in_flight_kb} kB: {v}"
+            );
+        }
+    }
+    // 16 MiB answers to small requests (stored answers), with dedup on (kept for the
+    // result ttl, shortened here) and off (deleted once read).
+    for dedup in [&[][..], &["--no-dedup"][..]] {
+        let mut args = vec![
+            "--json",
+            "--codec",
+            "raw",
+            "--payload-bytes",
+            "100",
+            "--response-bytes",
+            "16777216",
+            "--result-ttl",
+            "2000",
+            "--requests",
+            "24",
+            "--inflight",
+            "4",
+            "--concurrency",
+            "2",
+            "--prefetch",
+            "4",
+            "--warmup",
+            "4",
+            "--latency-requests",
+            "2",
+        ];
+        args.extend_from_slice(dedup);
+        let out = bench(&server, &args);
+        assert_eq!(out.code, 0, "{out:?}");
+        let v = out.json();
+        assert_eq!(v["answers_checked"], 24 + 4 + 2, "{v}");
+        assert_eq!(v["bad_answers"], 0, "{v}");
+        let in_flight_kb = 4 * 16 * MIB / 1024;
+        for role in ["producer", "worker"] {
+            let peak = v["rss_kb_peak"][role].as_u64().expect("peak rss");
+            assert!(
+                peak < 6 * in_flight_kb,
+                "answers, {dedup:?}: {role} peaked at {peak} kB, answers in flight {in_flight_kb} kB: {v}"
             );
         }
     }
