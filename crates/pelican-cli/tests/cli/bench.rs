@@ -199,55 +199,11 @@ fn large_answers_are_checked_and_need_the_raw_codec() {
 fn sixteen_mib_bodies_and_answers_keep_memory_bounded() {
     let server = RedisServer::start();
     const MIB: u64 = 1 << 20;
-    for codec in ["raw", "json"] {
-        let out = bench(
-            &server,
-            &[
-                "--json",
-                "--codec",
-                codec,
-                "--payload-bytes",
-                "16777216",
-                "--requests",
-                "24",
-                "--inflight",
-                "4",
-                "--concurrency",
-                "2",
-                "--prefetch",
-                "4",
-                "--warmup",
-                "4",
-                "--latency-requests",
-                "2",
-            ],
-        );
-        assert_eq!(out.code, 0, "{out:?}");
-        let v = out.json();
-        assert_eq!(v["answers_checked"], 24 + 4 + 2, "{v}");
-        assert_eq!(v["codec"], codec, "{v}");
-        let in_flight_kb = 4 * 16 * MIB / 1024;
-        for role in ["producer", "worker"] {
-            let peak = v["rss_kb_peak"][role].as_u64().expect("peak rss");
-            assert!(
-                peak < 6 * in_flight_kb,
-                "{codec}: {role} peaked at {peak} kB, bodies in flight {in_flight_kb} kB: {v}"
-            );
-        }
-    }
-    // 16 MiB answers to small requests (stored answers), with dedup on (kept for the
-    // result ttl, shortened here) and off (deleted once read).
-    for dedup in [&[][..], &["--no-dedup"][..]] {
+    // 24 requests, 4 at a time, every answer checked; peak memory a small multiple of
+    // what is in flight (4 x 16 MiB).
+    let run = |what: &str, shape: &[&str]| {
         let mut args = vec![
             "--json",
-            "--codec",
-            "raw",
-            "--payload-bytes",
-            "100",
-            "--response-bytes",
-            "16777216",
-            "--result-ttl",
-            "2000",
             "--requests",
             "24",
             "--inflight",
@@ -261,19 +217,41 @@ fn sixteen_mib_bodies_and_answers_keep_memory_bounded() {
             "--latency-requests",
             "2",
         ];
-        args.extend_from_slice(dedup);
+        args.extend_from_slice(shape);
         let out = bench(&server, &args);
-        assert_eq!(out.code, 0, "{out:?}");
+        assert_eq!(out.code, 0, "{what}: {out:?}");
         let v = out.json();
-        assert_eq!(v["answers_checked"], 24 + 4 + 2, "{v}");
-        assert_eq!(v["bad_answers"], 0, "{v}");
+        assert_eq!(v["answers_checked"], 24 + 4 + 2, "{what}: {v}");
+        assert_eq!(v["bad_answers"], 0, "{what}: {v}");
         let in_flight_kb = 4 * 16 * MIB / 1024;
         for role in ["producer", "worker"] {
             let peak = v["rss_kb_peak"][role].as_u64().expect("peak rss");
             assert!(
                 peak < 6 * in_flight_kb,
-                "answers, {dedup:?}: {role} peaked at {peak} kB, answers in flight {in_flight_kb} kB: {v}"
+                "{what}: {role} peaked at {peak} kB, bodies in flight {in_flight_kb} kB: {v}"
             );
         }
+        v
+    };
+    for codec in ["raw", "json"] {
+        let v = run(codec, &["--codec", codec, "--payload-bytes", "16777216"]);
+        assert_eq!(v["codec"], codec, "{v}");
     }
+    // 16 MiB answers to small requests (stored answers), with dedup on (kept for the
+    // result ttl, shortened here) and off (deleted once read).
+    let answers = [
+        "--codec",
+        "raw",
+        "--payload-bytes",
+        "100",
+        "--response-bytes",
+        "16777216",
+        "--result-ttl",
+        "2000",
+    ];
+    run("answers, dedup on", &answers);
+    run(
+        "answers, dedup off",
+        &[&answers[..], &["--no-dedup"]].concat(),
+    );
 }

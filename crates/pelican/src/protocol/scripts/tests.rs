@@ -48,6 +48,25 @@ impl Fixture {
             .unwrap_or_else(|e| panic!("{cmd:?}: {e}"))
     }
 
+    /// Adds an entry without an index (as a producer with dedup off does) at stream id
+    /// `id` (`*`, or `<ms>-*` for a time of one's choosing): its id.
+    async fn add_entry(&self, id: &str, rid: &str, from: &str) -> String {
+        self.query(
+            redis::cmd("XADD")
+                .arg(&self.keys.stream)
+                .arg(id)
+                .arg("rid")
+                .arg(rid)
+                .arg("from")
+                .arg(from)
+                .arg("index")
+                .arg("0")
+                .arg("body")
+                .arg("{}"),
+        )
+        .await
+    }
+
     async fn submit(&self, producer: &str, rid: &str, now_ms: u64) -> SubmitAnswer {
         self.submit_staged(producer, rid, now_ms, None).await
     }
@@ -313,21 +332,7 @@ async fn a_reply_key_of_another_type_loses_no_other_reply() {
         )
         .await;
     for (rid, from) in [("a", "ghost"), ("b", "p1")] {
-        let _: String = f
-            .query(
-                redis::cmd("XADD")
-                    .arg(&f.keys.stream)
-                    .arg("*")
-                    .arg("rid")
-                    .arg(rid)
-                    .arg("from")
-                    .arg(from)
-                    .arg("index")
-                    .arg("0")
-                    .arg("body")
-                    .arg("{}"),
-            )
-            .await;
+        f.add_entry("*", rid, from).await;
     }
     let sids = f.deliver().await;
     assert_eq!(sids.len(), 2);

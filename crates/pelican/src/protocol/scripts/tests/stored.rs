@@ -180,22 +180,7 @@ async fn a_stored_answer_is_named_by_its_outcome_and_a_losers_is_deleted() {
             };
             (sid, "r")
         } else {
-            let sid: String = f
-                .query(
-                    redis::cmd("XADD")
-                        .arg(&f.keys.stream)
-                        .arg("*")
-                        .arg("rid")
-                        .arg("plain")
-                        .arg("from")
-                        .arg("p1")
-                        .arg("index")
-                        .arg("0")
-                        .arg("body")
-                        .arg("{}"),
-                )
-                .await;
-            (sid, "plain")
+            (f.add_entry("*", "plain", "p1").await, "plain")
         };
         assert_eq!(f.deliver().await, vec![sid.clone()]);
         let complete = |outcome: Vec<u8>| {

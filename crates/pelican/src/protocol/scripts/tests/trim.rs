@@ -13,21 +13,7 @@ impl Fixture {
     /// Adds `n` entries with ids `id` (`*`, or `<ms>-*` for a time of one's choosing).
     async fn add_at(&self, id: &str, n: usize) {
         for i in 0..n {
-            let _: String = self
-                .query(
-                    redis::cmd("XADD")
-                        .arg(&self.keys.stream)
-                        .arg(id)
-                        .arg("rid")
-                        .arg(format!("r{i}"))
-                        .arg("from")
-                        .arg("p1")
-                        .arg("index")
-                        .arg("0")
-                        .arg("body")
-                        .arg("{}"),
-                )
-                .await;
+            self.add_entry(id, &format!("r{i}"), "p1").await;
         }
     }
 
