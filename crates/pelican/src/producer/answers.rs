@@ -24,6 +24,10 @@ use tokio::sync::mpsc;
 const MAX_LOST: u8 = 2;
 /// Most answers fetched in one round.
 const MAX_ROUND: usize = 256;
+/// A round takes no more answers once they reach this many bytes (one large answer still
+/// goes alone): 16 MiB answers are fetched a few at a time, each waiter resolved as its
+/// part arrives, not after hundreds of megabytes.
+const MAX_ROUND_BYTES: usize = 8 << 20;
 /// The most connections one round is split over.
 const CONNECTIONS: usize = 4;
 /// Bytes a part of a round is worth at least: about what Redis writes to one client per
@@ -68,6 +72,8 @@ pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<A
         if jobs.is_empty() {
             continue;
         }
+        // What does not fit this round waits for the next.
+        let later = jobs.split_off(fitting(&jobs));
         let parts = split(&jobs);
         let results = join_all(parts.iter().map(|p| fetch(&inner, p))).await;
         let mut again = Vec::new();
@@ -96,6 +102,7 @@ pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<A
             }
         }
         jobs = again;
+        jobs.extend(later);
         match failure {
             Some(e) => {
                 tracing::warn!(error = %format_args!("{e:#}"), n = jobs.len(), "fetching stored answers failed; retrying");
@@ -104,6 +111,18 @@ pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<A
             None => backoff.reset(),
         }
     }
+}
+
+/// How many of `jobs`, from the first, fit in a round of `MAX_ROUND_BYTES` (one at
+/// least).
+fn fitting(jobs: &[AnswerJob]) -> usize {
+    let mut bytes = 0;
+    jobs.iter()
+        .position(|j| {
+            bytes += j.len;
+            bytes > MAX_ROUND_BYTES
+        })
+        .map_or(jobs.len(), |i| i.max(1))
 }
 
 /// Splits a round into parts of at least `PART_BYTES`, at most `CONNECTIONS` of them.
@@ -232,5 +251,16 @@ mod tests {
         assert!(parts.iter().all(|p| !p.is_empty()));
         let two = vec![job(1_000_000), job(1_000_000)];
         assert_eq!(split(&two).len(), 2, "never more parts than answers");
+    }
+
+    #[test]
+    fn a_round_holds_a_few_megabytes_and_one_answer_at_least() {
+        let mb: Vec<AnswerJob> = (0..20).map(|_| job(1 << 20)).collect();
+        assert_eq!(fitting(&mb), 8);
+        let huge: Vec<AnswerJob> = (0..3).map(|_| job(16 << 20)).collect();
+        assert_eq!(fitting(&huge), 1);
+        let small: Vec<AnswerJob> = (0..256).map(|_| job(5_000)).collect();
+        assert_eq!(fitting(&small), 256);
+        assert_eq!(fitting(&[]), 0);
     }
 }
