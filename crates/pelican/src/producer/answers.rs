@@ -93,7 +93,7 @@ pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<A
                             None => lost(&inner, j).await,
                         }
                     }
-                    forget(&inner, read).await;
+                    delete_read(&inner, read).await;
                 }
                 Err(e) => {
                     again.extend(part.iter().map(|j| (*j).clone()));
@@ -156,7 +156,7 @@ async fn fetch(inner: &Inner, part: &[&AnswerJob]) -> RedisResult<Vec<Option<Vec
 
 /// Deletes answers read that nothing else needs (best effort: their ttl ends them
 /// otherwise).
-async fn forget(inner: &Inner, keys: Vec<String>) {
+async fn delete_read(inner: &Inner, keys: Vec<String>) {
     if keys.is_empty() {
         return;
     }
