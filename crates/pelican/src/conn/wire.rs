@@ -144,10 +144,7 @@ impl LeanConn {
     pub(crate) async fn query(&mut self, cmd: &redis::Cmd) -> RedisResult<Value> {
         let packed = cmd.get_packed_command();
         let reply = self.send_parts(&[&packed], 1).await?.pop();
-        match reply.expect("one reply for one command") {
-            Value::ServerError(e) => Err(e.into()),
-            v => Ok(v),
-        }
+        into_result(reply.expect("one reply for one command"))
     }
 }
 
@@ -218,6 +215,14 @@ async fn write_all_vectored(w: &mut OwnedWriteHalf, parts: &[&[u8]]) -> std::io:
         off += n;
     }
     Ok(())
+}
+
+/// A reply as a result: a server error reply as `Err` with its code, anything else as it is.
+pub(crate) fn into_result(v: Value) -> RedisResult<Value> {
+    match v {
+        Value::ServerError(e) => Err(e.into()),
+        v => Ok(v),
+    }
 }
 
 /// The header of a RESP bulk string of `len` bytes (`$<len>\r\n`), for a value written

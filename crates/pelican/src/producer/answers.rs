@@ -6,16 +6,15 @@
 //! the waiters, and deletes what nothing caches (dedup off: one waiter, no index).
 
 use super::pending::Inner;
-use super::stored::{give_back, take};
+use super::stored::query;
 use crate::clock::now_ms;
 use crate::conn::retry::Backoff;
-use crate::conn::wire::LeanConn;
 use crate::error::{Error, ErrorKind};
 use crate::protocol::entry;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::scripts::Forget;
 use futures_util::future::join_all;
-use redis::{Cmd, RedisResult, Value};
+use redis::RedisResult;
 use std::collections::HashSet;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -150,7 +149,7 @@ async fn fetch(inner: &Inner, part: &[&AnswerJob]) -> RedisResult<Vec<Option<Vec
     for j in part {
         cmd.arg(inner.shared.keys.body(&j.name));
     }
-    let reply = run(inner, &cmd).await?;
+    let reply = query(inner, &cmd).await?;
     Ok(entry::mget_values(reply))
 }
 
@@ -162,22 +161,9 @@ async fn delete_read(inner: &Inner, keys: Vec<String>) {
     }
     let mut cmd = redis::cmd("DEL");
     cmd.arg(keys);
-    if let Err(e) = run(inner, &cmd).await {
+    if let Err(e) = query(inner, &cmd).await {
         tracing::debug!(error = %format_args!("{e:#}"), "deleting read answers failed; their ttl ends them");
     }
-}
-
-/// Runs one command on a lean connection of the pool, or on the shared connection.
-async fn run(inner: &Inner, cmd: &Cmd) -> RedisResult<Value> {
-    let Some(conn) = take(inner).await else {
-        return cmd.query_async(&mut inner.shared.conn()).await;
-    };
-    let mut conn: LeanConn = conn?;
-    let r = conn.query(cmd).await;
-    if conn.is_usable() {
-        give_back(inner, conn);
-    }
-    r
 }
 
 /// The answer of `job` is gone from Redis (its ttl outlives its outcome by a minute, so

@@ -7,7 +7,7 @@
 
 use super::pending::Inner;
 use crate::conn::framed::{Framed, StoredBody};
-use crate::conn::wire::LeanConn;
+use crate::conn::wire::{into_result, LeanConn};
 use crate::conn::OwnConn;
 use crate::protocol::scripts::ScriptCall;
 use redis::{RedisResult, Value};
@@ -75,12 +75,12 @@ pub(super) async fn submit_with_bodies<R>(
     let packed = call.packed();
     let mut loaded = false;
     loop {
-        let last = match send(inner, &frames, Some(&packed)).await? {
-            Ok(mut replies) => replies.pop().expect("one reply per command"),
-            Err(e) => return Some(Err(e)),
-        };
-        match last {
-            Value::ServerError(e) if e.code() == "NOSCRIPT" && !loaded => {
+        let last = send(inner, &frames, Some(&packed))
+            .await?
+            .and_then(|mut replies| into_result(replies.pop().expect("one reply per command")));
+        match call.reply_or_reload(last, loaded) {
+            Some(r) => return Some(r),
+            None => {
                 // Loaded through the shared connection; the SETs are sent again with the
                 // call (they are idempotent).
                 if let Err(e) = call.load(&mut inner.shared.conn()).await {
@@ -88,8 +88,6 @@ pub(super) async fn submit_with_bodies<R>(
                 }
                 loaded = true;
             }
-            Value::ServerError(e) => return Some(Err(e.into())),
-            v => return Some(call.read(v)),
         }
     }
 }
@@ -108,17 +106,27 @@ pub(super) async fn xadd_with_bodies(
     Some(
         replies
             .into_iter()
-            .map(|v| match v {
-                Value::ServerError(e) => Err(redis::RedisError::from(e)),
-                v => redis::from_redis_value::<String>(v).map_err(redis::RedisError::from),
+            .map(|v| {
+                redis::from_redis_value::<String>(into_result(v)?).map_err(redis::RedisError::from)
             })
             .collect(),
     )
 }
 
+/// Runs one command on a lean connection of the pool, or on the shared connection when
+/// the queue's connections are not lean ones. A server error reply is an `Err` with its
+/// code; a slot that moved drops the connection, as in `send`.
+pub(super) async fn query(inner: &Inner, cmd: &redis::Cmd) -> RedisResult<Value> {
+    let packed = cmd.get_packed_command();
+    match send(inner, &[], Some(&packed)).await {
+        Some(r) => into_result(r?.pop().expect("one reply for one command")),
+        None => cmd.query_async(&mut inner.shared.conn()).await,
+    }
+}
+
 /// An idle lean connection, or a new one; `None` when the queue's connections are not
 /// lean ones (remembered: the client library is used from then on).
-pub(super) async fn take(inner: &Inner) -> Option<RedisResult<LeanConn>> {
+async fn take(inner: &Inner) -> Option<RedisResult<LeanConn>> {
     if let Some(c) = inner.body_conns.lock().unwrap().pop() {
         return Some(Ok(c));
     }
@@ -135,7 +143,7 @@ pub(super) async fn take(inner: &Inner) -> Option<RedisResult<LeanConn>> {
     }
 }
 
-pub(super) fn give_back(inner: &Inner, conn: LeanConn) {
+fn give_back(inner: &Inner, conn: LeanConn) {
     let mut pool = inner.body_conns.lock().unwrap();
     if pool.len() < POOL {
         pool.push(conn);

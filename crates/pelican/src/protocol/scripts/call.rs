@@ -3,6 +3,7 @@
 
 use super::unexpected;
 use crate::conn::framed::{Framed, StoredBody};
+use crate::conn::wire::into_result;
 use crate::conn::{evalsha, OwnConn};
 use redis::{Cmd, RedisResult, Script, ToRedisArgs, Value};
 
@@ -55,11 +56,6 @@ impl<'s, R> ScriptCall<'s, R> {
         self.cmd.get_packed_command()
     }
 
-    /// Reads its reply, as the script returned it.
-    pub(crate) fn read(&self, v: Value) -> RedisResult<R> {
-        (self.reply)(v)
-    }
-
     /// Loads its script (after a NOSCRIPT reply).
     pub(crate) async fn load(
         &self,
@@ -96,13 +92,27 @@ impl<'s, R> ScriptCall<'s, R> {
             let last = replies
                 .pop()
                 .ok_or_else(|| unexpected("an empty pipeline reply", &Value::Nil))?;
-            match last {
-                Err(e) if e.code() == Some("NOSCRIPT") && !loaded => {
+            match self.reply_or_reload(last, loaded) {
+                Some(r) => return r,
+                None => {
                     self.script.load_async(conn).await?;
                     loaded = true;
                 }
-                r => return (self.reply)(r?),
             }
+        }
+    }
+
+    /// This call's reply, read from `last` (what Redis answered to it), or `None` when
+    /// Redis did not know the script: it is to be loaded and the call sent again, once
+    /// (`loaded`: it was already).
+    pub(crate) fn reply_or_reload(
+        &self,
+        last: RedisResult<Value>,
+        loaded: bool,
+    ) -> Option<RedisResult<R>> {
+        match last {
+            Err(e) if e.code() == Some("NOSCRIPT") && !loaded => None,
+            r => Some(r.and_then(self.reply)),
         }
     }
 
@@ -131,13 +141,13 @@ impl<'s, R> ScriptCall<'s, R> {
         let mut loaded = false;
         loop {
             let last = c.send_parts(&parts, frames.len() + 1).await?.pop();
-            match last.expect("one reply per command") {
-                Value::ServerError(e) if e.code() == "NOSCRIPT" && !loaded => {
+            let last = into_result(last.expect("one reply per command"));
+            match self.reply_or_reload(last, loaded) {
+                Some(r) => return r,
+                None => {
                     self.script.load_async(loader).await?;
                     loaded = true;
                 }
-                Value::ServerError(e) => return Err(e.into()),
-                v => return (self.reply)(v),
             }
         }
     }
