@@ -5,7 +5,7 @@ use super::writer::{Completion, Release, WriteJob, Writer};
 use crate::clock::ms;
 use crate::codec::{Codec, Json};
 use crate::error::{Error, ErrorKind, Result};
-use crate::protocol::outcome::{Outcome, STORED_ANSWER_MIN};
+use crate::protocol::outcome::Outcome;
 use serde::Serialize;
 use std::future::Future;
 use std::marker::PhantomData;
@@ -176,14 +176,8 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             }
             Ok(body) => (Outcome::Ok(body), None),
         };
-        // A large response is stored beside the stream, not passed through the script
-        // (docs/PROTOCOL.md, "Stored answers"): the writer names it.
-        let (outcome, answer) = match outcome {
-            Outcome::Ok(body) if body.len() >= STORED_ANSWER_MIN => (None, Some(body)),
-            o => (Some(o), None),
-        };
         async move {
-            let recorded = self.finish_with(outcome, answer).await?;
+            let recorded = self.finish(outcome).await?;
             match err {
                 Some(e) => Err(e),
                 None => Ok(recorded),
@@ -222,15 +216,6 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
     }
 
     async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
-        self.finish_with(Some(outcome), None).await
-    }
-
-    /// Records `outcome`, or the response `answer` to store beside the stream.
-    async fn finish_with(
-        &mut self,
-        outcome: Option<Outcome>,
-        answer: Option<Vec<u8>>,
-    ) -> Result<bool> {
         self.answered = true;
         self.writer
             .metrics()
@@ -243,9 +228,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             indexed: self.job.indexed,
             stored_body: self.job.stored_body,
             small: self.job.small,
-            label: outcome.as_ref().map_or("ok", Outcome::label),
-            outcome: outcome.as_ref().map(Outcome::encode).unwrap_or_default(),
-            answer,
+            outcome,
             ack: Some(tx),
         }));
         // The prefetch slot is held until the outcome is written: it bounds the work in

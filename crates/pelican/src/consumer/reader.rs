@@ -275,10 +275,7 @@ async fn deliver<Req, Resp, C>(
             indexed: req.indexed,
             stored_body: req.stored_body,
             small: req.small,
-            label: "expired",
-            outcome: Outcome::Expired("deadline passed before a consumer started it".into())
-                .encode(),
-            answer: None,
+            outcome: Outcome::Expired("deadline passed before a consumer started it".into()),
             ack: None,
         }));
         return;

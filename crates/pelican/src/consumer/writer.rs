@@ -9,7 +9,7 @@ use crate::conn::retry::Backoff;
 use crate::conn::OwnConn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
-use crate::protocol::outcome::Outcome;
+use crate::protocol::outcome::{Outcome, STORED_ANSWER_MIN};
 use crate::protocol::scripts::{self, Complete, CompleteEntry, Completed, ScriptCall};
 use crate::shared::Shared;
 use std::collections::HashMap;
@@ -43,14 +43,12 @@ pub(crate) struct Completion {
     pub(crate) stored_body: bool,
     /// Small enough to wait for a trim (see `complete.lua`).
     pub(crate) small: bool,
-    pub(crate) label: &'static str,
-    /// The encoded outcome; unused for a stored answer.
-    pub(crate) outcome: Vec<u8>,
-    /// A response to store beside the stream (docs/PROTOCOL.md, "Stored answers"): SET
-    /// under a new name in the same write as each call that records it, the outcome
-    /// naming it. A new name each time: a call that failed on the way may have recorded
-    /// its outcome, and the call sent again must not delete that answer when it loses.
-    pub(crate) answer: Option<Vec<u8>>,
+    /// A response of `STORED_ANSWER_MIN` bytes or more is stored beside the stream
+    /// (docs/PROTOCOL.md, "Stored answers"): SET under a new name in the same write as
+    /// each call that records it, the outcome naming it. A new name each time: a call
+    /// that failed on the way may have recorded its outcome, and the call sent again must
+    /// not delete that answer when it loses.
+    pub(crate) outcome: Outcome,
     pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
 }
 
@@ -188,7 +186,7 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             for (c, r) in completes.into_iter().zip(results) {
                 held.remove(&c.sid);
                 match &r {
-                    Ok(true) => metrics.completed(c.label, 1),
+                    Ok(true) => metrics.completed(c.outcome.label(), 1),
                     Ok(false) => metrics.duplicate_dropped(1),
                     Err(_) => {}
                 }
@@ -296,17 +294,26 @@ async fn write_completions(
     jobs: &[&Completion],
 ) -> Result<Vec<Completed>> {
     let sh = &inner.shared;
-    // Each stored answer under a new name, and the outcome that names it.
-    let stored: Vec<Option<(String, Vec<u8>)>> = jobs
+    // Each outcome as sent; a large response stored under a new name, named instead.
+    let ttl_ms = ms(sh.queue.result_ttl) + ANSWER_GRACE_MS;
+    let mut answers: Vec<StoredBody<'_>> = Vec::new();
+    let outcomes: Vec<Vec<u8>> = jobs
         .iter()
-        .map(|c| {
-            let body = c.answer.as_ref()?;
-            let name = inner.answer_name(&c.sid);
-            let outcome = Outcome::Stored {
-                len: body.len(),
-                name: name.clone(),
-            };
-            Some((name, outcome.encode()))
+        .map(|c| match &c.outcome {
+            Outcome::Ok(body) if body.len() >= STORED_ANSWER_MIN => {
+                let name = inner.answer_name(&c.sid);
+                answers.push(StoredBody {
+                    key: sh.keys.body(&name),
+                    body,
+                    ttl_ms,
+                });
+                Outcome::Stored {
+                    len: body.len(),
+                    name,
+                }
+                .encode()
+            }
+            o => o.encode(),
         })
         .collect();
     let call = Complete {
@@ -316,27 +323,18 @@ async fn write_completions(
     }
     .call(
         &sh.scripts,
-        jobs.iter().zip(&stored).map(|(c, s)| CompleteEntry {
-            sid: &c.sid,
-            rid: &c.rid,
-            from: &c.from,
-            indexed: c.indexed,
-            stored_body: c.stored_body,
-            small: c.small,
-            outcome: s.as_ref().map_or(&c.outcome, |(_, o)| o),
-        }),
+        jobs.iter()
+            .zip(&outcomes)
+            .map(|(c, outcome)| CompleteEntry {
+                sid: &c.sid,
+                rid: &c.rid,
+                from: &c.from,
+                indexed: c.indexed,
+                stored_body: c.stored_body,
+                small: c.small,
+                outcome,
+            }),
     );
-    let ttl_ms = ms(sh.queue.result_ttl) + ANSWER_GRACE_MS;
-    let answers: Vec<StoredBody<'_>> = jobs
-        .iter()
-        .zip(&stored)
-        .filter_map(|(c, s)| Some((c.answer.as_ref()?, &s.as_ref()?.0)))
-        .map(|(body, name)| StoredBody {
-            key: sh.keys.body(name),
-            body,
-            ttl_ms,
-        })
-        .collect();
     eval_own(inner, conn, &call, &answers)
         .await
         .map_err(|e| Error::redis("writing outcomes", e))
