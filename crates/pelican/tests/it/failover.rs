@@ -24,8 +24,10 @@ fn producer_config(dedup: bool) -> ProducerConfig {
         .with_sweep_interval(Duration::from_millis(500))
 }
 
-/// Runs `n` calls (at most 32 at a time, every tenth with an 8 KiB body) and kills the master of partition 0 once a
-/// third of them are answered; returns (answered, failed with a typed error, elapsed).
+/// Runs `n` calls (at most 32 at a time, every tenth with an 8 KiB body, answered with
+/// that body: a stored body with dedup on, and a stored answer either way) and kills the
+/// master of partition 0 once a third of them are answered; returns (answered, failed
+/// with a typed error, elapsed).
 async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Duration) {
     let mut cluster = replicated_cluster();
     let q = QueueConfig::new(
@@ -35,8 +37,11 @@ async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Dura
     .with_janitor_interval(Duration::from_millis(200))
     .with_partitions(PARTITIONS);
     let cfg = fast_consumer().with_claim_idle(Duration::from_millis(1500));
-    let w1 = Worker::counting(&q, cfg.clone(), "w1").await.0;
-    let w2 = Worker::counting(&q, cfg, "w2").await.0;
+    // Each answers with the request's tag: 8 KiB answers are stored beside the stream
+    // and fetched by the producer on connections that must follow the slot too.
+    let tag_back = |r: Req, _| async move { Ok(Resp { i: r.i, by: r.tag }) };
+    let w1 = Worker::spawn(&q, cfg.clone(), 4, tag_back).await;
+    let w2 = Worker::spawn(&q, cfg, 4, tag_back).await;
     let p = Producer::<Req, Resp>::connect(q.clone(), producer_config(dedup))
         .await
         .unwrap();
@@ -59,6 +64,7 @@ async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Dura
             let out = p.call(&req).await;
             if let Ok(r) = &out {
                 assert_eq!(r.i, i, "another request's response");
+                assert!(r.by == tag, "request {i}: its answer came back changed");
                 answered.fetch_add(1, Ordering::SeqCst);
             }
             out.map(|_| ()).map_err(|e| format!("{e:#}"))
