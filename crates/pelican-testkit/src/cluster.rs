@@ -212,6 +212,76 @@ impl RedisCluster {
         }
     }
 
+    /// Moves the slot of `key`, with every key in it, from the master that serves it to
+    /// node `to` (another master), as a resharding does: `CLUSTER SETSLOT ... IMPORTING`
+    /// on `to` and `MIGRATING` on the source, `MIGRATE` of the slot's keys in batches
+    /// (clients meanwhile get `ASK` and `TRYAGAIN` replies), then `SETSLOT ... NODE` on
+    /// every master; waits (20 s deadline) until every node names `to` as the slot's
+    /// master. Returns the index of the node it left. Panics with the reply on failure.
+    pub fn move_slot_of(&self, key: &str, to: usize) -> usize {
+        let slot = self.cli(&["CLUSTER", "KEYSLOT", key]);
+        let from = self.master_of(key);
+        assert_ne!(from, to, "{key} is on node {to} already");
+        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
+        let command = |node: &RedisServer, args: &[&str]| -> Reply {
+            let mut c = RespConn::connect(&node.probe_addr(), Duration::from_secs(5))
+                .unwrap_or_else(|e| panic!("connecting to port {}: {e}", node.port()));
+            match c.command(args) {
+                Ok(Reply::Error(e)) => panic!("{args:?} on port {}: {e}", node.port()),
+                Ok(r) => r,
+                Err(e) => panic!("{args:?} on port {}: {e}", node.port()),
+            }
+        };
+        let id = |node: &RedisServer| {
+            command(node, &["CLUSTER", "MYID"])
+                .text()
+                .expect("CLUSTER MYID answers the node's id")
+        };
+        let (src_id, dst_id) = (id(src), id(dst));
+        command(dst, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]);
+        command(src, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]);
+        let port = dst.port().to_string();
+        loop {
+            let Reply::Array(Some(keys)) =
+                command(src, &["CLUSTER", "GETKEYSINSLOT", &slot, "100"])
+            else {
+                panic!("CLUSTER GETKEYSINSLOT answers an array");
+            };
+            if keys.is_empty() {
+                break;
+            }
+            let keys: Vec<String> = keys.iter().filter_map(Reply::text).collect();
+            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
+            args.extend(keys.iter().map(String::as_str));
+            command(src, &args);
+        }
+        // The new owner first, then the old one, then the others (what redis-cli
+        // --cluster reshard does).
+        command(dst, &["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]);
+        command(src, &["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]);
+        for (i, n) in self.nodes.iter().enumerate() {
+            if i != from && i != to && n.is_running() && self.replicas == 0 {
+                command(n, &["CLUSTER", "SETSLOT", &slot, "NODE", &dst_id]);
+            }
+        }
+        let slot: u16 = slot.parse().expect("CLUSTER KEYSLOT answers a number");
+        let start = Instant::now();
+        while !self
+            .nodes
+            .iter()
+            .filter(|n| n.is_running())
+            .all(|n| slot_owner_seen_by(&n.probe_addr(), slot) == Some(dst.port()))
+        {
+            assert!(
+                start.elapsed() < CLUSTER_OK_TIMEOUT,
+                "the nodes do not all name port {} as the master of slot {slot}",
+                dst.port()
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+        from
+    }
+
     /// The indexes (in [`RedisCluster::nodes`]) of the replicas of node `master`.
     pub fn replicas_of(&self, master: usize) -> Vec<usize> {
         let port = self.nodes[master].port();

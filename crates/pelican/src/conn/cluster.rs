@@ -9,6 +9,15 @@
 use crate::error::{Error, Result};
 use redis::Value;
 
+/// Whether a server error with this code says the key's slot is not this node's (alone)
+/// any more: `MOVED` (a resharding, a failover), `ASK` and `TRYAGAIN` (the slot is being
+/// migrated), `CLUSTERDOWN`. A connection of a task's own that got one is dropped: the
+/// next one is opened to the master the cluster names then (a connection kept would be
+/// answered the same until the request's time ran out).
+pub(crate) fn slot_elsewhere(code: Option<&str>) -> bool {
+    matches!(code, Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
+}
+
 /// Number of hash slots of a Redis Cluster.
 pub(crate) const SLOTS: u16 = 16384;
 

@@ -361,7 +361,8 @@ async fn release(
 
 /// Runs a script call on the writer's own connection, after the SETs of `answers` in the
 /// same write, opening the connection when needed; a connection that failed (other than
-/// with an error reply) is dropped, and the next call opens a new one.
+/// with an error reply), or whose partition's slot is served elsewhere now, is dropped,
+/// and the next call opens a new one.
 async fn eval_own<R>(
     inner: &WriterTask,
     conn: &mut Option<OwnConn>,
@@ -389,7 +390,7 @@ async fn eval_own<R>(
         call.invoke_after_on(c, &mut sh.conn(), answers).await
     };
     if let Err(e) = &r {
-        if e.code().is_none() {
+        if e.code().is_none() || crate::conn::cluster::slot_elsewhere(e.code()) {
             *conn = None;
         }
     }

@@ -6,6 +6,7 @@
 //! client library. The same lean connections fetch stored answers (`answers.rs`).
 
 use super::pending::Inner;
+use crate::conn::cluster::slot_elsewhere;
 use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::wire::{into_result, LeanConn};
 use crate::conn::OwnConn;
@@ -46,9 +47,9 @@ async fn send(
     // (every key of the write is in that slot); the connection is dropped, and the error
     // says "dropped" so the call is sent again on a new one, to the slot's new master.
     let moved = r.as_ref().is_ok_and(|replies| {
-        replies.iter().any(|v| {
-            matches!(v, Value::ServerError(e) if matches!(e.code(), "MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
-        })
+        replies
+            .iter()
+            .any(|v| matches!(v, Value::ServerError(e) if slot_elsewhere(Some(e.code()))))
     });
     if moved {
         return Some(Err(redis::RedisError::from(std::io::Error::new(

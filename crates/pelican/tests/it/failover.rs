@@ -1,7 +1,9 @@
 //! A master of a Redis Cluster SIGKILLed mid-run: its replica is promoted, producers and
 //! consumers follow it. With dedup on nothing is lost (a submission the old master
 //! acknowledged but never replicated is found by the producer's sweep and submitted
-//! again); with dedup off every call still resolves.
+//! again); with dedup off every call still resolves. And a resharding mid-run: a
+//! partition's slot moved to another master with its keys, every connection answered
+//! `ASK`, `TRYAGAIN` and then `MOVED`: nothing is lost, dedup on or off.
 
 use crate::common::*;
 use pelican::{Producer, ProducerConfig, QueueConfig};
@@ -24,12 +26,28 @@ fn producer_config(dedup: bool) -> ProducerConfig {
         .with_sweep_interval(Duration::from_millis(500))
 }
 
+/// What happens to partition 0's node mid-run.
+#[derive(Debug, Clone, Copy)]
+enum Disruption {
+    /// Its master is SIGKILLed; its replica takes over.
+    KillMaster,
+    /// Its slot moves to another master (a cluster without replicas).
+    MoveSlot,
+}
+
 /// Runs `n` calls (at most 32 at a time, every tenth with an 8 KiB body, answered with
-/// that body: a stored body with dedup on, and a stored answer either way) and kills the
-/// master of partition 0 once a third of them are answered; returns (answered, failed
-/// with a typed error, elapsed).
+/// that body: a stored body with dedup on, and a stored answer either way) and disrupts
+/// partition 0 once a third of them are answered; the last third is called only once the
+/// disruption is over. Returns (answered, failed with a typed error, elapsed).
 async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Duration) {
-    let mut cluster = replicated_cluster();
+    run_with(Disruption::KillMaster, dedup, n).await
+}
+
+async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<String>, Duration) {
+    let mut cluster = match disruption {
+        Disruption::KillMaster => replicated_cluster(),
+        Disruption::MoveSlot => RedisCluster::start(3),
+    };
     let q = QueueConfig::new(
         cluster.cluster_url(),
         pelican_testkit::unique_name("failover"),
@@ -46,12 +64,17 @@ async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Dura
         .await
         .unwrap();
     let answered = Arc::new(AtomicUsize::new(0));
+    let (over, over_rx) = tokio::sync::watch::channel(false);
     let limit = Arc::new(tokio::sync::Semaphore::new(32));
     let mut calls = JoinSet::new();
     let started = Instant::now();
     for i in 0..n as u64 {
         let (p, answered, limit) = (p.clone(), answered.clone(), limit.clone());
+        let mut over = over_rx.clone();
         calls.spawn(async move {
+            if i >= 2 * n as u64 / 3 {
+                over.wait_for(|&o| o).await.expect("the run goes on");
+            }
             let _slot = limit.acquire_owned().await.unwrap();
             // Every tenth body is large enough to be stored beside the stream (dedup on)
             // and written on the producer's own connection, which must follow the slot.
@@ -78,11 +101,20 @@ async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Dura
     .await;
     let victim_key = q.partition_keys(0).stream().to_string();
     let cluster = tokio::task::spawn_blocking(move || {
-        cluster.kill_master_of(&victim_key);
+        match disruption {
+            Disruption::KillMaster => {
+                cluster.kill_master_of(&victim_key);
+            }
+            Disruption::MoveSlot => {
+                let from = cluster.master_of(&victim_key);
+                cluster.move_slot_of(&victim_key, (from + 1) % 3);
+            }
+        }
         cluster
     })
     .await
-    .expect("failover");
+    .expect("disruption");
+    over.send_replace(true);
     let mut errors = Vec::new();
     within(Duration::from_secs(90), "every call resolving", async {
         while let Some(r) = calls.join_next().await {
@@ -121,6 +153,24 @@ async fn a_master_killed_mid_run_without_dedup_every_call_resolves() {
         errors.len()
     );
     assert_eq!(answered + errors.len(), 600);
+}
+
+/// A resharding moves partition 0's slot, with its stream, indexes, stored bodies and
+/// answers, to another master while 600 calls run: the producers' and consumers' own
+/// connections (stored bodies and answers, the reader, the writer) are answered `ASK`,
+/// `TRYAGAIN`, then `MOVED`, and must follow the slot. Nothing is lost and every answer
+/// comes back intact, dedup on and off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_mid_run_loses_nothing() {
+    for dedup in [true, false] {
+        let (answered, errors, elapsed) = run_with(Disruption::MoveSlot, dedup, 600).await;
+        eprintln!(
+            "dedup {dedup}: {answered} answered, {} errors in {elapsed:?}",
+            errors.len()
+        );
+        assert!(errors.is_empty(), "dedup {dedup}: calls failed: {errors:?}");
+        assert_eq!(answered, 600, "dedup {dedup}");
+    }
 }
 
 /// Replication is asynchronous: a submission the master acknowledged but had not passed
