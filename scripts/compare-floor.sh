@@ -21,6 +21,9 @@
 #                        in every run slot (A/B in the same rounds); its rows say "B"
 #   CODECS="raw json"    the bench's --codec values to run
 #   QUIET=0              do not wait for quiet (../shared/peers/quiet.sh)
+#   REDIS_CPU=<list>     run redis-server on these CPUs only (taskset -c), for the floor
+#                        and pelican alike: Redis with a core of its own, as in production,
+#                        instead of wherever the scheduler puts it beside the clients
 #   RUN_TIMEOUT=600      seconds one run may take
 # Starts its own redis-server (no persistence) on a free loopback port and stops it at
 # the end. Needs redis-server, redis-benchmark, python3.
@@ -64,7 +67,12 @@ fi
 
 OUT="$(mktemp -d -t compare-floor.XXXXXX)"
 PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
+PIN=()
+if [ -n "${REDIS_CPU:-}" ]; then
+  command -v taskset >/dev/null || die "REDIS_CPU needs taskset"
+  PIN=(taskset -c "$REDIS_CPU")
+fi
+"${PIN[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
   --daemonize yes --pidfile "$OUT/redis.pid" --logfile "$OUT/redis.log" >/dev/null
 cleanup() {
   redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
@@ -76,7 +84,7 @@ for _ in $(seq 50); do
   sleep 0.1
 done
 redis-cli -p "$PORT" ping >/dev/null || die "redis-server on port $PORT did not start"
-say "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on port $PORT; sizes ${SIZES[*]}; $N rounds"
+say "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on port $PORT${REDIS_CPU:+ (CPUs $REDIS_CPU)}; sizes ${SIZES[*]}; $N rounds"
 
 quiet() {
   [ "${QUIET:-1}" = "0" ] && return 0
