@@ -30,7 +30,7 @@ mod server;
 mod sys;
 mod tls;
 
-pub use cluster::RedisCluster;
+pub use cluster::{RedisCluster, SlotMove};
 pub use proxy::Proxy;
 pub use server::{server_binary, RedisServer, RedisServerBuilder, SERVER_ENV};
 pub use tls::{TestCa, TlsFiles};

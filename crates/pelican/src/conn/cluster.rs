@@ -18,6 +18,27 @@ pub(crate) fn slot_elsewhere(code: Option<&str>) -> bool {
     matches!(code, Some("MOVED" | "ASK" | "TRYAGAIN" | "CLUSTERDOWN"))
 }
 
+/// The error of a write on a connection of a task's own that a node refused with one of
+/// the [`slot_elsewhere`] codes: nothing of it was done, and the connection was dropped.
+pub(crate) const SLOT_MOVED: &str = "the partition's slot moved to another node; connecting again";
+
+/// The error for a write refused because its slot is elsewhere ([`SLOT_MOVED`]); its
+/// kind says "dropped", so callers that send again after a dropped connection do.
+pub(crate) fn slot_moved_error() -> redis::RedisError {
+    redis::RedisError::from(std::io::Error::new(
+        std::io::ErrorKind::ConnectionReset,
+        SLOT_MOVED,
+    ))
+}
+
+/// Whether `e` says the command was refused because its slot is elsewhere: a
+/// [`slot_elsewhere`] reply through the client library, or [`slot_moved_error`]. Nothing
+/// was done: it may be sent again, to the master that serves the slot then (during a
+/// resharding, only once the slot's keys have moved).
+pub(crate) fn is_slot_elsewhere(e: &redis::RedisError) -> bool {
+    slot_elsewhere(e.code()) || e.to_string().contains(SLOT_MOVED)
+}
+
 /// Number of hash slots of a Redis Cluster.
 pub(crate) const SLOTS: u16 = 16384;
 

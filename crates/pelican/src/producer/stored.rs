@@ -6,7 +6,7 @@
 //! client library. The same lean connections fetch stored answers (`answers.rs`).
 
 use super::pending::Inner;
-use crate::conn::cluster::slot_elsewhere;
+use crate::conn::cluster::{slot_elsewhere, slot_moved_error};
 use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::wire::{into_result, LeanConn};
 use crate::conn::OwnConn;
@@ -14,21 +14,41 @@ use crate::protocol::scripts::ScriptCall;
 use redis::{RedisResult, Value};
 use std::sync::atomic::Ordering;
 
-/// The error of a write whose slot moved (see `send`).
-pub(super) const SLOT_MOVED: &str = "the partition's slot moved to another node; connecting again";
-
 /// Most idle lean connections a producer keeps for stored bodies (one per submit call
 /// on the wire at once).
 const POOL: usize = 4;
 
 /// Sends `frames` and then `last` (a command already encoded) in one write on a lean
 /// connection and reads every reply; `None` when this queue's connections are not plain
-/// TCP (the caller then uses the client library).
+/// TCP (the caller then uses the client library). A write of which any command was
+/// refused because the slot is elsewhere is an error, [`slot_moved_error`].
 async fn send(
     inner: &Inner,
     frames: &[Framed<'_>],
     last: Option<&[u8]>,
 ) -> Option<RedisResult<Vec<Value>>> {
+    let (replies, moved) = match send_replies(inner, frames, last).await? {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e)),
+    };
+    // On a cluster the partition's slot moved (failover, resharding): the error says
+    // "dropped", so the call is sent again on a new connection, to the slot's master.
+    Some(if moved {
+        Err(slot_moved_error())
+    } else {
+        Ok(replies)
+    })
+}
+
+/// [`send`], but every reply as it came, and whether any says the slot is elsewhere (the
+/// connection is then dropped: the next one is opened to the slot's master then). The
+/// commands of a write are refused or done one by one: a resharding may move the slot's
+/// keys between two of them.
+async fn send_replies<'f, F: std::borrow::Borrow<Framed<'f>>>(
+    inner: &Inner,
+    frames: &[F],
+    last: Option<&[u8]>,
+) -> Option<RedisResult<(Vec<Value>, bool)>> {
     if inner.no_lean_bodies.load(Ordering::Relaxed) {
         return None;
     }
@@ -38,29 +58,24 @@ async fn send(
     };
     let mut parts: Vec<&[u8]> = Vec::with_capacity(frames.len() * 3 + 1);
     for f in frames {
-        parts.extend(f.parts());
+        parts.extend(f.borrow().parts());
     }
     parts.extend(last);
     let n = frames.len() + usize::from(last.is_some());
-    let r = conn.send_parts(&parts, n).await;
-    // On a cluster the partition's slot moved (failover, resharding): nothing was done
-    // (every key of the write is in that slot); the connection is dropped, and the error
-    // says "dropped" so the call is sent again on a new one, to the slot's new master.
-    let moved = r.as_ref().is_ok_and(|replies| {
-        replies
-            .iter()
-            .any(|v| matches!(v, Value::ServerError(e) if slot_elsewhere(Some(e.code()))))
-    });
-    if moved {
-        return Some(Err(redis::RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            SLOT_MOVED,
-        ))));
-    }
-    if conn.is_usable() {
+    let replies = match conn.send_parts(&parts, n).await {
+        Ok(r) => r,
+        Err(e) => return Some(Err(e)),
+    };
+    let moved = replies.iter().any(is_elsewhere);
+    if !moved && conn.is_usable() {
         give_back(inner, conn);
     }
-    Some(r)
+    Some(Ok((replies, moved)))
+}
+
+/// Whether a reply says its command's slot is elsewhere.
+pub(super) fn is_elsewhere(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if slot_elsewhere(Some(e.code())))
 }
 
 /// Sends the SETs of `bodies` and then `call` in one write on a lean connection and
@@ -94,23 +109,17 @@ pub(super) async fn submit_with_bodies<R>(
 }
 
 /// Sends `xadds` (without dedup: one XADD per request, the body its last argument) in
-/// one write on a lean connection and reads their replies, the new entries' ids; `None`
-/// when this queue's connections are not plain TCP.
+/// one write on a lean connection and reads their replies, each as it came (a new
+/// entry's id, or an error: see `send_replies`); `None` when this queue's connections
+/// are not plain TCP.
 pub(super) async fn xadd_with_bodies(
     inner: &Inner,
-    xadds: &[Framed<'_>],
-) -> Option<RedisResult<Vec<String>>> {
-    let replies = match send(inner, xadds, None).await? {
-        Ok(r) => r,
-        Err(e) => return Some(Err(e)),
-    };
+    xadds: &[&Framed<'_>],
+) -> Option<RedisResult<Vec<Value>>> {
     Some(
-        replies
-            .into_iter()
-            .map(|v| {
-                redis::from_redis_value::<String>(into_result(v)?).map_err(redis::RedisError::from)
-            })
-            .collect(),
+        send_replies(inner, xadds, None)
+            .await?
+            .map(|(replies, _)| replies),
     )
 }
 

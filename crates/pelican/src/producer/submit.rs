@@ -3,10 +3,12 @@
 //! no delay.
 
 use super::pending::{Inner, SubmitJob, Submitted};
-use super::stored::{submit_with_bodies, xadd_with_bodies, SLOT_MOVED};
+use super::stored::{is_elsewhere, submit_with_bodies, xadd_with_bodies};
 use crate::clock::{ms, now_ms};
+use crate::conn::cluster::{is_slot_elsewhere, slot_moved_error};
 use crate::conn::framed::{Framed, StoredBody};
-use crate::conn::retry::retry_idempotent;
+use crate::conn::retry::{retry_idempotent, Backoff};
+use crate::conn::wire::into_result;
 use crate::error::{Error, Result};
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
 use std::sync::atomic::Ordering;
@@ -105,7 +107,8 @@ fn reap(done: std::result::Result<(), tokio::task::JoinError>) {
 async fn submit_batch(inner: &Arc<Inner>, batch: Vec<SubmitJob>) {
     let (indexed, plain): (Vec<_>, Vec<_>) = batch.into_iter().partition(|j| j.indexed);
     if !indexed.is_empty() {
-        let r = submit_indexed(inner, &indexed).await;
+        let deadline = indexed.iter().map(|j| j.deadline_ms).max().unwrap_or(0);
+        let r = while_slot_elsewhere(deadline, || submit_indexed(inner, &indexed)).await;
         finish_submits(inner, indexed, r);
     }
     if !plain.is_empty() {
@@ -172,8 +175,9 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     let stored = &stored;
     match submit_with_bodies(inner, call, stored).await {
         Some(Ok(answers)) => return Ok(answers),
-        // A refusal (a server error reply) is the answer.
-        Some(Err(e)) if e.code().is_some() => {
+        // A refusal (a server error reply) is the answer; so is a slot that is
+        // elsewhere (the caller sends the call again, on a new connection).
+        Some(Err(e)) if e.code().is_some() || is_slot_elsewhere(&e) => {
             return Err(Error::redis("submitting requests", e));
         }
         // The connection failed (a node down mid-failover, a slot that moved): the same
@@ -232,16 +236,8 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
                 Framed::new(&before, &j.body, &[])
             })
             .collect();
-        // A slot that moved did nothing: sent again once, to the new master. (Not after
-        // any other dropped connection: the XADDs may have been done.)
-        let mut ids = xadd_with_bodies(inner, &xadds).await;
-        if matches!(&ids, Some(Err(e)) if e.to_string().contains(SLOT_MOVED)) {
-            ids = xadd_with_bodies(inner, &xadds).await;
-        }
-        if let Some(ids) = ids {
-            return ids
-                .map(|ids| ids.into_iter().map(SubmitAnswer::Queued).collect())
-                .map_err(|e| Error::redis("submitting requests", e));
+        if let Some(ids) = xadd_lean(inner, jobs, &xadds).await {
+            return ids;
         }
     }
     let mut pipe = redis::pipe();
@@ -269,6 +265,78 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
         .await
         .map_err(|e| Error::redis("submitting requests", e))?;
     Ok(ids.into_iter().map(SubmitAnswer::Queued).collect())
+}
+
+/// Sends `xadds` (one per job) on a lean connection; `None` when the queue's connections
+/// are not lean ones. An XADD refused because the partition's slot is elsewhere (moved;
+/// or being moved, its stream gone to the new master already) did nothing: it alone is
+/// sent again, on a new connection, backing off, until the jobs' deadline. (Not after
+/// a dropped connection: the XADDs may have been done.)
+async fn xadd_lean(inner: &Inner, jobs: &[SubmitJob], xadds: &[Framed<'_>]) -> Option<Answers> {
+    let err = |e| Error::redis("submitting requests", e);
+    let deadline = jobs.iter().map(|j| j.deadline_ms).max().unwrap_or(0);
+    let mut ids: Vec<Option<String>> = vec![None; xadds.len()];
+    let mut todo: Vec<usize> = (0..xadds.len()).collect();
+    let mut backoff = Backoff::new();
+    loop {
+        let frames: Vec<&Framed<'_>> = todo.iter().map(|&i| &xadds[i]).collect();
+        let replies = match xadd_with_bodies(inner, &frames).await? {
+            Ok(r) => r,
+            Err(e) => return Some(Err(err(e))),
+        };
+        let mut refused = Vec::new();
+        for (i, v) in todo.into_iter().zip(replies) {
+            if is_elsewhere(&v) {
+                refused.push(i);
+                continue;
+            }
+            match into_result(v)
+                .and_then(|v| redis::from_redis_value::<String>(v).map_err(Into::into))
+            {
+                Ok(id) => ids[i] = Some(id),
+                Err(e) => return Some(Err(err(e))),
+            }
+        }
+        todo = refused;
+        if todo.is_empty() {
+            return Some(Ok(ids
+                .into_iter()
+                .map(|id| SubmitAnswer::Queued(id.expect("every XADD answered")))
+                .collect()));
+        }
+        let wait = backoff.next();
+        if now_ms() + ms(wait) >= deadline {
+            return Some(Err(err(slot_moved_error())));
+        }
+        tracing::debug!(
+            n = todo.len(),
+            "submissions refused: the partition's slot is elsewhere; sending them again"
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// Runs `op`, a submission that is safe to send again, again while Redis refuses it
+/// because the partition's slot is elsewhere: moved (a failover, a resharding), or being
+/// moved (the source answers `TRYAGAIN` to every script of the slot until its keys have
+/// moved), or the cluster down. Backs off; gives up at `deadline_ms`.
+async fn while_slot_elsewhere<Fut>(deadline_ms: u64, mut op: impl FnMut() -> Fut) -> Answers
+where
+    Fut: std::future::Future<Output = Answers>,
+{
+    let mut backoff = Backoff::new();
+    loop {
+        let r = op().await;
+        let elsewhere = matches!(&r, Err(e) if e.redis_source().is_some_and(is_slot_elsewhere));
+        let wait = backoff.next();
+        if !elsewhere || now_ms() + ms(wait) >= deadline_ms {
+            return r;
+        }
+        tracing::debug!(
+            "a submission was refused: the partition's slot is elsewhere; sending it again"
+        );
+        tokio::time::sleep(wait).await;
+    }
 }
 
 fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {

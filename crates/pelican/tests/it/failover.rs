@@ -33,6 +33,9 @@ enum Disruption {
     KillMaster,
     /// Its slot moves to another master (a cluster without replicas).
     MoveSlot,
+    /// Its slot moves to another master, and stays half moved (migrating, its keys not
+    /// yet moved) this long first: a resharding of a slot with many keys.
+    HoldSlot(Duration),
 }
 
 /// Runs `n` calls (at most 32 at a time, every tenth with an 8 KiB body, answered with
@@ -46,7 +49,7 @@ async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Dura
 async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<String>, Duration) {
     let mut cluster = match disruption {
         Disruption::KillMaster => replicated_cluster(),
-        Disruption::MoveSlot => RedisCluster::start(3),
+        Disruption::MoveSlot | Disruption::HoldSlot(_) => RedisCluster::start(3),
     };
     let q = QueueConfig::new(
         cluster.cluster_url(),
@@ -109,6 +112,14 @@ async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<
                 let from = cluster.master_of(&victim_key);
                 cluster.move_slot_of(&victim_key, (from + 1) % 3);
             }
+            Disruption::HoldSlot(hold) => {
+                let from = cluster.master_of(&victim_key);
+                let moving = cluster.begin_slot_move(&victim_key, (from + 1) % 3);
+                // The scenario: the slot stays half moved this long (not a wait for
+                // anything to happen).
+                std::thread::sleep(hold);
+                cluster.finish_slot_move(&moving);
+            }
         }
         cluster
     })
@@ -164,6 +175,24 @@ async fn a_master_killed_mid_run_without_dedup_every_call_resolves() {
 async fn a_slot_moved_mid_run_loses_nothing() {
     for dedup in [true, false] {
         let (answered, errors, elapsed) = run_with(Disruption::MoveSlot, dedup, 600).await;
+        eprintln!(
+            "dedup {dedup}: {answered} answered, {} errors in {elapsed:?}",
+            errors.len()
+        );
+        assert!(errors.is_empty(), "dedup {dedup}: calls failed: {errors:?}");
+        assert_eq!(answered, 600, "dedup {dedup}");
+    }
+}
+
+/// A resharding that takes a while: partition 0's slot stays half moved for 3 s (the
+/// source answers `TRYAGAIN` to every script of the partition, `ASK` for keys it does not
+/// have), then its keys move. The partition stalls and resumes; nothing is lost and no
+/// call fails, dedup on and off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_half_moved_for_seconds_loses_nothing() {
+    for dedup in [true, false] {
+        let hold = Disruption::HoldSlot(Duration::from_secs(3));
+        let (answered, errors, elapsed) = run_with(hold, dedup, 600).await;
         eprintln!(
             "dedup {dedup}: {answered} answered, {} errors in {elapsed:?}",
             errors.len()
