@@ -280,9 +280,14 @@ async fn xadd_lean(inner: &Inner, jobs: &[SubmitJob], xadds: &[Framed<'_>]) -> O
     let mut backoff = Backoff::new();
     loop {
         let frames: Vec<&Framed<'_>> = todo.iter().map(|&i| &xadds[i]).collect();
-        let replies = match xadd_with_bodies(inner, &frames).await? {
-            Ok(r) => r,
-            Err(e) => return Some(Err(err(e))),
+        let none_queued = ids.iter().all(Option::is_none);
+        let replies = match xadd_with_bodies(inner, &frames).await {
+            Some(Ok(r)) => r,
+            Some(Err(e)) => return Some(Err(err(e))),
+            // Not lean: the caller sends them through the client library; never once
+            // some are queued (they would be queued twice).
+            None if none_queued => return None,
+            None => return Some(Err(err(slot_moved_error()))),
         };
         let mut refused = Vec::new();
         for (i, v) in todo.into_iter().zip(replies) {
