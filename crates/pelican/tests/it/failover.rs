@@ -60,8 +60,15 @@ async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<
     let cfg = fast_consumer().with_claim_idle(Duration::from_millis(1500));
     // Each answers with the request's tag: 8 KiB answers are stored beside the stream
     // and fetched by the producer on connections that must follow the slot too.
-    let tag_back = |r: Req, _| async move { Ok(Resp { i: r.i, by: r.tag }) };
-    let w1 = Worker::spawn(&q, cfg.clone(), 4, tag_back).await;
+    let runs = Runs::default();
+    let tag_back = {
+        let runs = runs.clone();
+        move |r: Req, job: pelican::Job| {
+            runs.hit(job.request_id());
+            async move { Ok(Resp { i: r.i, by: r.tag }) }
+        }
+    };
+    let w1 = Worker::spawn(&q, cfg.clone(), 4, tag_back.clone()).await;
     let w2 = Worker::spawn(&q, cfg, 4, tag_back).await;
     let p = Producer::<Req, Resp>::connect(q.clone(), producer_config(dedup))
         .await
@@ -140,6 +147,10 @@ async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<
     w2.stop().await;
     p.shutdown().await.unwrap();
     drop(cluster);
+    eprintln!(
+        "{disruption:?}, dedup {dedup}: {} handler runs for {n} requests",
+        runs.total()
+    );
     (answered.load(Ordering::SeqCst), errors, elapsed)
 }
 
