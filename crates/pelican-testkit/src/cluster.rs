@@ -10,6 +10,9 @@ use crate::resp::{Addr, Reply, RespConn};
 use crate::server::{binary_missing, cli_tls_args, run_cli, RedisServer};
 use crate::tls::TlsFiles;
 
+mod slots;
+pub use slots::SlotMove;
+
 /// How long the cluster may take to report `cluster_state:ok` on every node.
 const CLUSTER_OK_TIMEOUT: Duration = Duration::from_secs(20);
 /// How long `redis-cli --cluster create` may take (it waits for the nodes to meet on the
@@ -212,100 +215,6 @@ impl RedisCluster {
         }
     }
 
-    /// Moves the slot of `key`, with every key in it, from the master that serves it to
-    /// node `to` (another master), as a resharding does: [`begin_slot_move`] then
-    /// [`finish_slot_move`] at once. Returns the index of the node it left.
-    ///
-    /// [`begin_slot_move`]: Self::begin_slot_move
-    /// [`finish_slot_move`]: Self::finish_slot_move
-    pub fn move_slot_of(&self, key: &str, to: usize) -> usize {
-        let moving = self.begin_slot_move(key, to);
-        self.finish_slot_move(&moving);
-        moving.from
-    }
-
-    /// Starts moving the slot of `key` to node `to` (another master): `CLUSTER SETSLOT
-    /// ... IMPORTING` on `to`, `MIGRATING` on the master that serves it. Until
-    /// [`finish_slot_move`](Self::finish_slot_move), clients get `ASK` for keys the
-    /// source does not have and `TRYAGAIN` for commands and scripts over several keys
-    /// of the slot when one of them is missing. Needs a cluster without replicas (every
-    /// running node is a master). Panics with the reply on failure.
-    pub fn begin_slot_move(&self, key: &str, to: usize) -> SlotMove {
-        assert_eq!(
-            self.replicas, 0,
-            "moving a slot needs a cluster without replicas"
-        );
-        let slot = self.cli(&["CLUSTER", "KEYSLOT", key]);
-        let from = self.master_of(key);
-        assert_ne!(from, to, "{key} is on node {to} already");
-        let (src, dst) = (&self.nodes[from], &self.nodes[to]);
-        let id = |node: &RedisServer| {
-            node_command(node, &["CLUSTER", "MYID"])
-                .text()
-                .expect("CLUSTER MYID answers the node's id")
-        };
-        let (src_id, dst_id) = (id(src), id(dst));
-        node_command(dst, &["CLUSTER", "SETSLOT", &slot, "IMPORTING", &src_id]);
-        node_command(src, &["CLUSTER", "SETSLOT", &slot, "MIGRATING", &dst_id]);
-        SlotMove {
-            slot,
-            from,
-            to,
-            to_id: dst_id,
-        }
-    }
-
-    /// Finishes a [`begin_slot_move`](Self::begin_slot_move): `MIGRATE`s the slot's keys
-    /// in batches of 100, then `CLUSTER SETSLOT ... NODE` on the new owner, the old one
-    /// and every other master (what `redis-cli --cluster reshard` does), and waits (20 s
-    /// deadline) until every node names the new owner as the slot's master.
-    pub fn finish_slot_move(&self, moving: &SlotMove) {
-        let SlotMove {
-            slot,
-            from,
-            to,
-            to_id,
-        } = moving;
-        let (src, dst) = (&self.nodes[*from], &self.nodes[*to]);
-        let port = dst.port().to_string();
-        loop {
-            let Reply::Array(Some(keys)) =
-                node_command(src, &["CLUSTER", "GETKEYSINSLOT", slot, "100"])
-            else {
-                panic!("CLUSTER GETKEYSINSLOT answers an array");
-            };
-            if keys.is_empty() {
-                break;
-            }
-            let keys: Vec<String> = keys.iter().filter_map(Reply::text).collect();
-            let mut args = vec!["MIGRATE", "127.0.0.1", &port, "", "0", "5000", "KEYS"];
-            args.extend(keys.iter().map(String::as_str));
-            node_command(src, &args);
-        }
-        node_command(dst, &["CLUSTER", "SETSLOT", slot, "NODE", to_id]);
-        node_command(src, &["CLUSTER", "SETSLOT", slot, "NODE", to_id]);
-        for (i, n) in self.nodes.iter().enumerate() {
-            if i != *from && i != *to && n.is_running() {
-                node_command(n, &["CLUSTER", "SETSLOT", slot, "NODE", to_id]);
-            }
-        }
-        let slot: u16 = slot.parse().expect("CLUSTER KEYSLOT answers a number");
-        let start = Instant::now();
-        while !self
-            .nodes
-            .iter()
-            .filter(|n| n.is_running())
-            .all(|n| slot_owner_seen_by(&n.probe_addr(), slot) == Some(dst.port()))
-        {
-            assert!(
-                start.elapsed() < CLUSTER_OK_TIMEOUT,
-                "the nodes do not all name port {} as the master of slot {slot}",
-                dst.port()
-            );
-            thread::sleep(Duration::from_millis(20));
-        }
-    }
-
     /// The indexes (in [`RedisCluster::nodes`]) of the replicas of node `master`.
     pub fn replicas_of(&self, master: usize) -> Vec<usize> {
         let port = self.nodes[master].port();
@@ -490,29 +399,6 @@ impl RedisCluster {
             .find(|n| n.is_running())
             .expect("a running node");
         run_cli(node.port(), node.tls(), &all)
-    }
-}
-
-/// A slot being moved between two masters ([`RedisCluster::begin_slot_move`]).
-#[derive(Debug)]
-pub struct SlotMove {
-    slot: String,
-    /// The index of the node the slot leaves.
-    pub from: usize,
-    /// The index of the node it goes to.
-    pub to: usize,
-    to_id: String,
-}
-
-/// Runs one command on `node` (its probe address), panicking with the reply when it is
-/// an error.
-fn node_command(node: &RedisServer, args: &[&str]) -> Reply {
-    let mut c = RespConn::connect(&node.probe_addr(), Duration::from_secs(5))
-        .unwrap_or_else(|e| panic!("connecting to port {}: {e}", node.port()));
-    match c.command(args) {
-        Ok(Reply::Error(e)) => panic!("{args:?} on port {}: {e}", node.port()),
-        Ok(r) => r,
-        Err(e) => panic!("{args:?} on port {}: {e}", node.port()),
     }
 }
 
