@@ -184,15 +184,7 @@ async fn a_master_killed_mid_run_without_dedup_every_call_resolves() {
 /// comes back intact, dedup on and off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_moved_mid_run_loses_nothing() {
-    for dedup in [true, false] {
-        let (answered, errors, elapsed) = run_with(Disruption::MoveSlot, dedup, 600).await;
-        eprintln!(
-            "dedup {dedup}: {answered} answered, {} errors in {elapsed:?}",
-            errors.len()
-        );
-        assert!(errors.is_empty(), "dedup {dedup}: calls failed: {errors:?}");
-        assert_eq!(answered, 600, "dedup {dedup}");
-    }
+    every_call_answered_across(Disruption::MoveSlot).await;
 }
 
 /// A resharding that takes a while: partition 0's slot stays half moved for 3 s (the
@@ -201,11 +193,15 @@ async fn a_slot_moved_mid_run_loses_nothing() {
 /// call fails, dedup on and off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_half_moved_for_seconds_loses_nothing() {
+    every_call_answered_across(Disruption::HoldSlot(Duration::from_secs(3))).await;
+}
+
+/// Runs 600 calls across `disruption`, dedup on and then off: every one answered.
+async fn every_call_answered_across(disruption: Disruption) {
     for dedup in [true, false] {
-        let hold = Disruption::HoldSlot(Duration::from_secs(3));
-        let (answered, errors, elapsed) = run_with(hold, dedup, 600).await;
+        let (answered, errors, elapsed) = run_with(disruption, dedup, 600).await;
         eprintln!(
-            "dedup {dedup}: {answered} answered, {} errors in {elapsed:?}",
+            "{disruption:?}, dedup {dedup}: {answered} answered, {} errors in {elapsed:?}",
             errors.len()
         );
         assert!(errors.is_empty(), "dedup {dedup}: calls failed: {errors:?}");
