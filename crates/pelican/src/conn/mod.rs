@@ -9,6 +9,21 @@
 //!   large values with in place ([`framed`]).
 //! - Backoff and retry ([`retry`]).
 
+/// The most connections one read of large values is split over (the consumer's read of
+/// entries and stored bodies, the producer's of stored answers).
+pub(crate) const SPLIT_CONNECTIONS: usize = 4;
+/// Bytes a part of such a read is worth at least: about what Redis writes to one client
+/// per turn of its event loop (its `NET_MAX_WRITES_PER_EVENT`), so a large reply to one
+/// connection is spread over turns (consumer/fetch.rs says more).
+const SPLIT_PART_BYTES: usize = 64 << 10;
+
+/// How many parts, each on a connection of its own, a read of `items` values worth
+/// `bytes` in all is split into: one per [`SPLIT_PART_BYTES`], at most one per item and
+/// [`SPLIT_CONNECTIONS`], one at least.
+pub(crate) fn split_parts(items: usize, bytes: usize) -> usize {
+    (bytes / SPLIT_PART_BYTES).clamp(1, SPLIT_CONNECTIONS.min(items.max(1)))
+}
+
 pub(crate) mod cluster;
 pub(crate) mod framed;
 pub(crate) mod retry;

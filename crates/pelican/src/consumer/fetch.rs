@@ -18,12 +18,6 @@ use futures_util::future::try_join_all;
 use redis::{Cmd, RedisResult, Value};
 use std::time::Duration;
 
-/// The most connections one fetch is split over, the reader's own included.
-const CONNECTIONS: usize = 4;
-/// Bytes a part of a fetch is worth at least: about what Redis writes to one client per
-/// turn of its event loop.
-const PART_BYTES: usize = 64 << 10;
-
 /// The reader's fetcher: the extra connections it splits fetches over (opened on first
 /// need, to the node of the reader's partition, dropped on an error), and what it
 /// fetched last: how many entries, their mean size and the mean size of their stored
@@ -114,11 +108,11 @@ impl Fetch {
         Ok(())
     }
 
-    /// How many parts a fetch of `items` worth `bytes` in all is split into: one per
-    /// `PART_BYTES`, at most one per item and `CONNECTIONS`, and no more than there are
-    /// connections (extra ones are opened here; fewer parts if one cannot be).
+    /// How many parts a fetch of `items` worth `bytes` in all is split into
+    /// ([`crate::conn::split_parts`]), and no more than there are connections (extra
+    /// ones are opened here; fewer parts if one cannot be).
     async fn parts(&mut self, inner: &ConsumerState, items: usize, bytes: usize) -> usize {
-        let parts = (bytes / PART_BYTES).clamp(1, CONNECTIONS.min(items.max(1)));
+        let parts = crate::conn::split_parts(items, bytes);
         let sh = &inner.shared;
         while self.extra.len() + 1 < parts {
             match sh.own_connection(sh.queue.command_timeout).await {

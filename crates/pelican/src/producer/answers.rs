@@ -27,11 +27,6 @@ const MAX_ROUND: usize = 256;
 /// goes alone): 16 MiB answers are fetched a few at a time, each waiter resolved as its
 /// part arrives, not after hundreds of megabytes.
 const MAX_ROUND_BYTES: usize = 8 << 20;
-/// The most connections one round is split over.
-const CONNECTIONS: usize = 4;
-/// Bytes a part of a round is worth at least: about what Redis writes to one client per
-/// turn of its event loop (see `consumer/fetch.rs`).
-const PART_BYTES: usize = 64 << 10;
 
 /// A stored answer to fetch for request `rid`.
 #[derive(Debug, Clone)]
@@ -124,10 +119,11 @@ fn fitting(jobs: &[AnswerJob]) -> usize {
         .map_or(jobs.len(), |i| i.max(1))
 }
 
-/// Splits a round into parts of at least `PART_BYTES`, at most `CONNECTIONS` of them.
+/// Splits a round into parts as the consumer splits its reads
+/// ([`crate::conn::split_parts`]), of about equal bytes.
 fn split(jobs: &[AnswerJob]) -> Vec<Vec<&AnswerJob>> {
     let total: usize = jobs.iter().map(|j| j.len).sum();
-    let parts = (total / PART_BYTES).clamp(1, CONNECTIONS.min(jobs.len()));
+    let parts = crate::conn::split_parts(jobs.len(), total);
     let per = total.div_ceil(parts);
     let mut out: Vec<Vec<&AnswerJob>> = vec![Vec::new()];
     let mut bytes = 0;
@@ -232,7 +228,7 @@ mod tests {
         assert_eq!(split(&small).len(), 1, "50 KB in all: one part");
         let large: Vec<AnswerJob> = (0..10).map(|_| job(100_000)).collect();
         let parts = split(&large);
-        assert_eq!(parts.len(), CONNECTIONS);
+        assert_eq!(parts.len(), crate::conn::SPLIT_CONNECTIONS);
         assert_eq!(parts.iter().map(Vec::len).sum::<usize>(), 10);
         assert!(parts.iter().all(|p| !p.is_empty()));
         let two = vec![job(1_000_000), job(1_000_000)];
