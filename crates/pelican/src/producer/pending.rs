@@ -69,6 +69,20 @@ pub(crate) struct Pending {
     pub(crate) lost_answers: u8,
 }
 
+impl Pending {
+    /// Request `rid` (this one) as it was first submitted, to submit it again.
+    fn submit_again(&self, rid: &str) -> SubmitJob {
+        SubmitJob {
+            rid: rid.to_string(),
+            body: self.body.clone(),
+            deadline_ms: self.deadline_ms,
+            indexed: self.indexed,
+            tp: self.tp.clone(),
+            ack: None,
+        }
+    }
+}
+
 pub(crate) struct SubmitJob {
     pub(crate) rid: String,
     pub(crate) body: Arc<Vec<u8>>,
@@ -177,14 +191,7 @@ impl Inner {
             }
             p.expiry_resubmits += 1;
             p.queued = false;
-            SubmitJob {
-                rid: rid.to_string(),
-                body: p.body.clone(),
-                deadline_ms: p.deadline_ms,
-                indexed: true,
-                tp: p.tp.clone(),
-                ack: None,
-            }
+            p.submit_again(rid)
         };
         tracing::debug!(
             rid,
@@ -199,14 +206,7 @@ impl Inner {
         let job = {
             let st = self.state.lock().unwrap();
             let Some(p) = st.pending.get(rid) else { return };
-            SubmitJob {
-                rid: rid.to_string(),
-                body: p.body.clone(),
-                deadline_ms: p.deadline_ms,
-                indexed: p.indexed,
-                tp: p.tp.clone(),
-                ack: None,
-            }
+            p.submit_again(rid)
         };
         tracing::info!(rid, "{why}");
         let _ = self.submit_tx.send(job);

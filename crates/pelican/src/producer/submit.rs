@@ -190,15 +190,7 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     }
     // Not plain TCP (or its connection failed): the same commands through the client
     // library.
-    let sets = stored
-        .iter()
-        .map(|b| {
-            let mut set = redis::cmd("SET");
-            set.arg(&b.key).arg(b.body).arg("PX").arg(b.ttl_ms);
-            set
-        })
-        .collect();
-    let pipe = &call.after(sets);
+    let pipe = &call.after(stored.iter().map(StoredBody::cmd).collect());
     retry_idempotent(move || async move { call.invoke_pipeline(pipe, &mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("submitting requests", e))
