@@ -8,6 +8,7 @@
 use super::pending::Inner;
 use super::stored::query;
 use crate::clock::now_ms;
+use crate::conn::cluster::is_slot_elsewhere;
 use crate::conn::retry::Backoff;
 use crate::error::{Error, ErrorKind};
 use crate::protocol::entry;
@@ -17,6 +18,7 @@ use futures_util::future::join_all;
 use redis::RedisResult;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// Most times a request whose stored answer was gone is submitted again.
@@ -47,10 +49,22 @@ pub(crate) struct AnswerJob {
 pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<AnswerJob>) {
     let mut jobs: Vec<AnswerJob> = Vec::new();
     let mut backoff = Backoff::new();
+    let mut undeleted = Undeleted::default();
     loop {
-        if jobs.is_empty() && rx.recv_many(&mut jobs, MAX_ROUND).await == 0 {
-            return;
+        if jobs.is_empty() {
+            let got = match undeleted.due_in() {
+                None => rx.recv_many(&mut jobs, MAX_ROUND).await,
+                // Answers read whose DEL was refused are tried again in a while, or
+                // with the next round, whichever comes first.
+                Some(wait) => tokio::time::timeout(wait, rx.recv_many(&mut jobs, MAX_ROUND))
+                    .await
+                    .unwrap_or(usize::MAX),
+            };
+            if got == 0 {
+                return;
+            }
         }
+        undeleted.retry(&inner).await;
         while jobs.len() < MAX_ROUND {
             match rx.try_recv() {
                 Ok(j) => jobs.push(j),
@@ -87,7 +101,9 @@ pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<A
                             None => lost(&inner, j).await,
                         }
                     }
-                    delete_read(&inner, read).await;
+                    if let Err(keys) = delete_read(&inner, read).await {
+                        undeleted.add(keys);
+                    }
                 }
                 Err(e) => {
                     again.extend(part.iter().map(|j| (*j).clone()));
@@ -149,16 +165,82 @@ async fn fetch(inner: &Inner, part: &[&AnswerJob]) -> RedisResult<Vec<Option<Vec
     Ok(entry::mget_values(reply))
 }
 
-/// Deletes answers read that nothing else needs (best effort: their ttl ends them
-/// otherwise).
-async fn delete_read(inner: &Inner, keys: Vec<String>) {
+/// Deletes answers read that nothing else needs. Gives the keys back when the DEL may
+/// be sent again (the slot is elsewhere: a resharding, a failover; or the connection
+/// dropped): see [`Undeleted`]. Otherwise their ttl ends them.
+async fn delete_read(inner: &Inner, keys: Vec<String>) -> Result<(), Vec<String>> {
     if keys.is_empty() {
-        return;
+        return Ok(());
     }
     let mut cmd = redis::cmd("DEL");
-    cmd.arg(keys);
-    if let Err(e) = query(inner, &cmd).await {
-        tracing::debug!(error = %format_args!("{e:#}"), "deleting read answers failed; their ttl ends them");
+    cmd.arg(&keys);
+    match query(inner, &cmd).await {
+        Ok(_) => Ok(()),
+        Err(e) if is_slot_elsewhere(&e) || e.code().is_none() => {
+            tracing::debug!(error = %format_args!("{e:#}"), n = keys.len(), "deleting read answers failed; trying again");
+            Err(keys)
+        }
+        Err(e) => {
+            tracing::debug!(error = %format_args!("{e:#}"), "deleting read answers failed; their ttl ends them");
+            Ok(())
+        }
+    }
+}
+
+/// How long answers read are tried to be deleted before their ttl is left to end them.
+const DELETE_FOR: Duration = Duration::from_secs(60);
+
+/// Answers read whose DEL was refused, tried again with backoff: while a resharding
+/// moves the slot, the old master refuses a DEL of keys it no longer has (`ASK`,
+/// `TRYAGAIN`), and the answers would stay for the result ttl and a minute.
+#[derive(Default)]
+struct Undeleted {
+    keys: Vec<String>,
+    /// When to try next, and when to give up.
+    next: Option<(Instant, Instant)>,
+    backoff: Option<Backoff>,
+}
+
+impl Undeleted {
+    fn add(&mut self, keys: Vec<String>) {
+        self.keys.extend(keys);
+        let now = Instant::now();
+        let backoff = self.backoff.get_or_insert_with(Backoff::new);
+        let give_up = self.next.map_or(now + DELETE_FOR, |(_, g)| g);
+        self.next = Some((now + backoff.next(), give_up));
+    }
+
+    /// How long until the next try; `None` when nothing waits.
+    fn due_in(&self) -> Option<Duration> {
+        self.next
+            .map(|(at, _)| at.saturating_duration_since(Instant::now()))
+    }
+
+    /// Sends the DEL again if it is time.
+    async fn retry(&mut self, inner: &Inner) {
+        let Some((at, give_up)) = self.next else {
+            return;
+        };
+        let now = Instant::now();
+        if now < at {
+            return;
+        }
+        let keys = std::mem::take(&mut self.keys);
+        match delete_read(inner, keys).await {
+            Err(keys) if now < give_up => {
+                self.keys = keys;
+                let wait = self.backoff.get_or_insert_with(Backoff::new).next();
+                self.next = Some((now + wait, give_up));
+            }
+            Err(keys) => {
+                tracing::debug!(
+                    n = keys.len(),
+                    "answers read could not be deleted; their ttl ends them"
+                );
+                *self = Undeleted::default();
+            }
+            Ok(()) => *self = Undeleted::default(),
+        }
     }
 }
 
