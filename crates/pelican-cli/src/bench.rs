@@ -102,9 +102,9 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
     let mut report = result?;
     report.keys_deleted = cleaned?;
     if g.json {
-        println!("{}", report.json_line());
+        outln!("{}", report.json_line());
     } else {
-        print!("{}", report.table());
+        out!("{}", report.table());
     }
     Ok(())
 }

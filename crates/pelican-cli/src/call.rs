@@ -39,7 +39,7 @@ pub async fn run(g: &Global, args: &CallArgs) -> CliResult {
         tracing::debug!(error = %format_args!("{e:#}"), "producer shutdown");
     }
     let response = result.map_err(|e| g.error(&e))?;
-    println!("{response}");
+    outln!("{response}");
     Ok(())
 }
 

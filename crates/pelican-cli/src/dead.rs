@@ -35,9 +35,9 @@ pub async fn run(g: &Global, cmd: &DeadCommand) -> CliResult {
         DeadCommand::Purge => {
             let n = admin.purge_dead().await.map_err(|e| g.error(&e))?;
             if g.json {
-                println!("{}", json!({"purged": n}));
+                outln!("{}", json!({"purged": n}));
             } else {
-                println!("purged {n} dead letters from queue {:?}", g.queue);
+                outln!("purged {n} dead letters from queue {:?}", g.queue);
             }
             Ok(())
         }
@@ -49,17 +49,17 @@ async fn list(g: &Global, admin: &Admin, limit: usize) -> CliResult {
     if g.json {
         let text = serde_json::to_string_pretty(&letters)
             .map_err(|e| CliError::failure(format!("cannot encode the dead letters: {e}")))?;
-        println!("{text}");
+        outln!("{text}");
         return Ok(());
     }
     if letters.is_empty() {
-        println!("no dead letters on queue {:?}", g.queue);
+        outln!("no dead letters on queue {:?}", g.queue);
         return Ok(());
     }
     for d in &letters {
-        print!("{}", render(d));
+        out!("{}", render(d));
     }
-    println!(
+    outln!(
         "{} dead letter{} shown. Put one back with `pelican dead requeue ID` (or --all) once \
          the cause is fixed; drop them with `pelican dead purge`.",
         letters.len(),
@@ -102,11 +102,11 @@ async fn requeue(g: &Global, admin: &Admin, ids: &[String], timeout: Duration) -
             .iter()
             .filter_map(|(id, new)| new.as_ref().map(|n| json!({"id": id, "entry": n})))
             .collect();
-        println!("{}", json!({"requeued": requeued, "missing": missing}));
+        outln!("{}", json!({"requeued": requeued, "missing": missing}));
     } else {
         for (id, new) in &done {
             if let Some(new) = new {
-                println!("requeued {id} as entry {new}");
+                outln!("requeued {id} as entry {new}");
             }
         }
     }
@@ -135,9 +135,9 @@ fn is_stream_id(id: &str) -> bool {
 async fn requeue_all(g: &Global, admin: &Admin, timeout: Duration) -> CliResult {
     let n = admin.requeue_all(timeout).await.map_err(|e| g.error(&e))?;
     if g.json {
-        println!("{}", json!({"requeued": n}));
+        outln!("{}", json!({"requeued": n}));
     } else {
-        println!("requeued {n} dead letters on queue {:?}", g.queue);
+        outln!("requeued {n} dead letters on queue {:?}", g.queue);
     }
     Ok(())
 }

@@ -86,9 +86,9 @@ pub async fn run(g: &Global, args: &DemoArgs) -> CliResult {
     let mut summary = result?;
     summary.wall_ms = started.elapsed().as_secs_f64() * 1000.0;
     if g.json {
-        println!("{}", summary.json());
+        outln!("{}", summary.json());
     } else {
-        println!(
+        outln!(
             "\nsummary (every number measured in this run):\n{}",
             summary.table()
         );

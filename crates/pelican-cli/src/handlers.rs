@@ -155,10 +155,10 @@ pub fn print_handled<T>(
         if let Some(e) = error {
             v["error"] = serde_json::json!(e);
         }
-        println!("{v}");
+        outln!("{v}");
     } else {
         let ids: String = ids.iter().map(|(n, id)| format!("{n}={id} ")).collect();
-        println!(
+        outln!(
             "{outcome:<6} {ids}delivery={delivery} {ms}ms{}",
             error.map(|e| format!(": {e}")).unwrap_or_default()
         );

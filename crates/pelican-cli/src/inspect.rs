@@ -20,9 +20,9 @@ pub async fn run(g: &Global, rid: &str) -> CliResult {
     if g.json {
         let text = serde_json::to_string_pretty(&info)
             .map_err(|e| CliError::failure(format!("cannot encode the request: {e}")))?;
-        println!("{text}");
+        outln!("{text}");
     } else {
-        print!("{}", render(&info));
+        out!("{}", render(&info));
     }
     Ok(())
 }

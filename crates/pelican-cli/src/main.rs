@@ -7,7 +7,26 @@
 //! helpers: `handlers` (the worker's built-in handlers), `pool` (the demo's worker
 //! processes), `summary` (the demo's table), `redis_local` (reachability, throwaway
 //! redis-server), `redis_url` (a URL whose Debug hides the password), `logging` (stderr
-//! logs and `--otlp` span export), `metrics_http`, `process`, `context`, `fmt`.
+//! logs and `--otlp` span export), `metrics_http`, `process`, `context`, `fmt`, `out` (standard output, and why
+//! SIGPIPE stays ignored).
+
+/// `println!` through [`out`]: a reader of standard output that went away ends the
+/// process quietly (SIGPIPE), without making every socket write able to end it.
+macro_rules! outln {
+    () => {
+        $crate::out::write(format_args!(""), true)
+    };
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!($($arg)*), true)
+    };
+}
+
+/// `print!` through [`out`] (see [`outln!`]).
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::out::write(format_args!($($arg)*), false)
+    };
+}
 
 mod bench;
 mod call;
@@ -23,6 +42,7 @@ mod inspect;
 mod logging;
 mod metrics_http;
 mod nitro;
+mod out;
 mod pool;
 mod process;
 mod redis_local;
@@ -36,12 +56,6 @@ use cli::{Cli, Command};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    // `pelican stats | head -1` must end quietly, as other Unix tools do, instead of
-    // panicking on a broken pipe.
-    // SAFETY: restoring a default signal disposition before any thread starts.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
     let cli = Cli::parse();
     let telemetry = match logging::init(
         cli.global.log,

@@ -157,7 +157,7 @@ struct Output {
 impl Output {
     fn event(&self, v: Value) {
         if self.verbose && self.json {
-            println!("{v}");
+            outln!("{v}");
         }
     }
 
@@ -210,7 +210,7 @@ async fn call(g: &Global, args: &NitroCallArgs) -> CliResult {
         tracing::debug!(error = %format_args!("{e:#}"), "producer shutdown");
     }
     let response = result.map_err(|e| error(g, &stream.stream, &e))?;
-    println!("{}", response.get());
+    outln!("{}", response.get());
     Ok(())
 }
 
@@ -220,7 +220,7 @@ async fn stats(g: &Global, args: &StreamArg) -> CliResult {
     if g.json {
         let text = serde_json::to_string_pretty(&st)
             .map_err(|e| CliError::failure(format!("cannot encode the stats: {e}")))?;
-        println!("{text}");
+        outln!("{text}");
         return Ok(());
     }
     let mut o = String::new();
@@ -278,6 +278,6 @@ async fn stats(g: &Global, args: &StreamArg) -> CliResult {
             st.dedup_jobs, st.dedup_cached
         ),
     );
-    print!("{o}");
+    out!("{o}");
     Ok(())
 }

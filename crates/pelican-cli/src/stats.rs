@@ -17,9 +17,9 @@ pub async fn run(g: &Global) -> CliResult {
     if g.json {
         let text = serde_json::to_string_pretty(&st)
             .map_err(|e| CliError::failure(format!("cannot encode the stats: {e}")))?;
-        println!("{text}");
+        outln!("{text}");
     } else {
-        print!("{}", render(&st, &g.redis.redacted()));
+        out!("{}", render(&st, &g.redis.redacted()));
     }
     Ok(())
 }

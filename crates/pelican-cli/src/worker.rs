@@ -124,7 +124,7 @@ impl Output {
     /// A lifecycle event, printed only with `--verbose --json` (humans get it on stderr).
     fn event(&self, v: Value) {
         if self.verbose && self.json {
-            println!("{v}");
+            outln!("{v}");
         }
     }
 

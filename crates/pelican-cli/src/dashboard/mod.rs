@@ -105,16 +105,16 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
     let _stop_sampler = AbortOnDrop(sampler);
     let mut term = signal(SignalKind::terminate()).map_err(signal_error)?;
     let mut int = signal(SignalKind::interrupt()).map_err(signal_error)?;
-    println!(
+    outln!(
         "pelican dashboard: queues under prefix {:?} on {}, at http://{addr}/",
         a.prefix,
         g.redis.redacted()
     );
     if a.read_only {
-        println!("  read-only: no requeue, no purge");
+        outln!("  read-only: no requeue, no purge");
     }
     if !a.read_only || !loopback {
-        println!(
+        outln!(
             "  log in (to requeue and purge{}): http://{addr}/login?token={}",
             if loopback {
                 ""
@@ -124,7 +124,7 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
             app.policy.token
         );
     }
-    println!("  stop with Ctrl-C");
+    outln!("  stop with Ctrl-C");
     let shutdown = async move {
         tokio::select! {
             _ = term.recv() => {}

@@ -29,7 +29,7 @@ impl Say {
             if self.json {
                 eprintln!("{line}");
             } else {
-                println!("{line}");
+                outln!("{line}");
             }
         });
     }

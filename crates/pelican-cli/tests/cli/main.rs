@@ -13,6 +13,7 @@ mod inspect;
 mod metrics;
 mod nitro;
 mod round_trip;
+mod signals;
 mod stats;
 #[cfg(feature = "otel")]
 mod trace;
