@@ -26,6 +26,9 @@ pub async fn info_number(conn: &mut MultiplexedConnection, section: &str, field:
 pub struct Leftovers {
     /// Cached outcomes (`req:` keys that hold an outcome and expire within result_ttl).
     pub outcomes: u64,
+    /// Stored answers (large responses beside the stream, `body:a...`) with a ttl of at
+    /// most result_ttl and a minute: kept while an outcome cached with dedup names them.
+    pub answers: u64,
     /// Dead letters.
     pub dead: u64,
     /// Consumers still in the group (SIGKILLed workers stay until consumer_gc_after).
@@ -34,11 +37,21 @@ pub struct Leftovers {
     pub bad: Vec<String>,
 }
 
-/// Checks that only cached outcomes with a TTL (plus the empty request stream, the
-/// janitor's lock and, if `dead_allowed`, the dead-letter stream) remain of `queue`.
+/// Checks that only cached outcomes and stored answers with a TTL (plus the empty request
+/// stream, the janitor's lock and, if `dead_allowed`, the dead-letter stream) remain of
+/// `queue`.
 pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers {
     let mut c = raw_conn(url).await.expect("raw connection");
-    let names = keys(queue);
+    leftovers_of(&mut c, &keys(queue), dead_allowed).await
+}
+
+/// [`leftovers`] of the keys `names` (one partition of a queue) on the node `c` is
+/// connected to.
+pub async fn leftovers_of(
+    c: &mut MultiplexedConnection,
+    names: &pelican::Keys,
+    dead_allowed: bool,
+) -> Leftovers {
     let mut keys = Vec::new();
     let mut cursor = 0u64;
     loop {
@@ -48,7 +61,7 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
             .arg(names.pattern())
             .arg("COUNT")
             .arg(1000)
-            .query_async(&mut c)
+            .query_async(c)
             .await
             .expect("SCAN");
         keys.extend(batch);
@@ -59,12 +72,13 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
     }
     let mut out = Leftovers::default();
     let req = names.req("");
+    let stored_answer = names.body("a");
     for chunk in keys.chunks(500) {
         let mut pipe = redis::pipe();
         for k in chunk {
             pipe.cmd("TYPE").arg(k).cmd("PTTL").arg(k);
         }
-        let types: Vec<Value> = pipe.query_async(&mut c).await.expect("TYPE/PTTL");
+        let types: Vec<Value> = pipe.query_async(c).await.expect("TYPE/PTTL");
         let mut firsts = redis::pipe();
         let mut strings = Vec::new();
         for (k, tv) in chunk.iter().zip(types.chunks(2)) {
@@ -90,12 +104,19 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
                     firsts.cmd("GETRANGE").arg(k).arg(0).arg(0);
                     strings.push(k.clone());
                 }
+            } else if k.starts_with(&stored_answer) {
+                if ty == "string" && ttl > 0 && ttl <= 360_000 {
+                    out.answers += 1;
+                } else {
+                    out.bad
+                        .push(format!("{k}: a stored answer, a {ty} (ttl {ttl} ms)"));
+                }
             } else if k == names.stream() {
-                let len: u64 = redis::cmd("XLEN").arg(k).query_async(&mut c).await.unwrap();
+                let len: u64 = redis::cmd("XLEN").arg(k).query_async(c).await.unwrap();
                 let pend: Value = redis::cmd("XPENDING")
                     .arg(k)
                     .arg(names.group())
-                    .query_async(&mut c)
+                    .query_async(c)
                     .await
                     .unwrap();
                 let pending = match &pend {
@@ -113,14 +134,14 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
                     .arg("CONSUMERS")
                     .arg(k)
                     .arg(names.group())
-                    .query_async(&mut c)
+                    .query_async(c)
                     .await
                     .unwrap();
                 if let Value::Array(a) = cs {
                     out.consumers = a.len() as u64;
                 }
             } else if k == names.dead() {
-                out.dead = redis::cmd("XLEN").arg(k).query_async(&mut c).await.unwrap();
+                out.dead = redis::cmd("XLEN").arg(k).query_async(c).await.unwrap();
                 if !dead_allowed {
                     out.bad.push(format!("{k}: {} dead letters", out.dead));
                 }
@@ -135,10 +156,10 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
             }
         }
         if !strings.is_empty() {
-            let firsts: Vec<Vec<u8>> = firsts.query_async(&mut c).await.expect("GETRANGE");
+            let firsts: Vec<Vec<u8>> = firsts.query_async(c).await.expect("GETRANGE");
             for (k, f) in strings.iter().zip(firsts) {
                 match f.first() {
-                    Some(b'O' | b'E' | b'D' | b'X') => out.outcomes += 1,
+                    Some(b'O' | b'A' | b'E' | b'D' | b'X') => out.outcomes += 1,
                     _ => out.bad.push(format!(
                         "{k}: not an outcome ({:?}...)",
                         String::from_utf8_lossy(&f)

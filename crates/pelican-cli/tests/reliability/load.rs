@@ -23,11 +23,17 @@ pub fn queue_config(url: &str, queue: &str) -> QueueConfig {
 }
 
 pub async fn producer(q: QueueConfig, request_timeout: Duration) -> JsonProducer {
+    producer_with(q, request_timeout, true).await
+}
+
+/// [`producer`], dedup on or off.
+pub async fn producer_with(q: QueueConfig, request_timeout: Duration, dedup: bool) -> JsonProducer {
     Producer::connect(
         q,
         ProducerConfig::default()
             .with_request_timeout(request_timeout)
-            .with_sweep_interval(Duration::from_secs(3)),
+            .with_sweep_interval(Duration::from_secs(3))
+            .with_dedup(dedup),
     )
     .await
     .expect("the test's producer connects")
@@ -57,8 +63,10 @@ pub struct LoadSpec {
     pub request_timeout: Duration,
     /// Requests that carry `"poison": true`.
     pub poison: fn(u64) -> bool,
-    /// Bytes of padding in every request.
+    /// Bytes of padding in the requests `padded` says.
     pub pad: usize,
+    /// Which requests carry `pad` (all unless said).
+    pub padded: fn(u64) -> bool,
     /// Once set, no more requests are submitted (the ones in flight are awaited).
     pub stop: Arc<AtomicBool>,
 }
@@ -72,6 +80,7 @@ impl LoadSpec {
             request_timeout,
             poison: |_| false,
             pad: 0,
+            padded: |_| true,
             stop: Arc::new(AtomicBool::new(false)),
         }
     }
@@ -81,7 +90,7 @@ impl LoadSpec {
         if (self.poison)(i) {
             b["poison"] = json!(true);
         }
-        if self.pad > 0 {
+        if self.pad > 0 && (self.padded)(i) {
             b["pad"] = json!("x".repeat(self.pad));
         }
         b

@@ -15,6 +15,8 @@
 //! - `poison`: crash-if requests among normal ones.
 //! - `hostile`: a foreign client writing garbage to the queue's keys.
 //! - `slow`: handlers slower than claim_idle under load.
+//! - `cluster`: a queue over a Redis Cluster: reshardings (slots moved, some held half
+//!   moved while a worker is killed) and masters killed, with worker processes.
 //! - `acl_tls`: the core scenario as a least-privilege ACL user, and over TLS.
 //! - `memory`: memory under steady load, and the soak's figures (every scenario ends
 //!   with the short check).
@@ -27,6 +29,7 @@ mod load;
 mod spy;
 
 mod acl_tls;
+mod cluster;
 mod hostile;
 mod kills;
 mod memory;

@@ -1,0 +1,430 @@
+//! Fault 8: a queue spread over a Redis Cluster (6 partitions on 3 masters), served by
+//! `pelican worker` processes, this process as the producer, with a backlog in the
+//! streams (more requests in flight than handler slots) the whole time.
+//!
+//! - `reshardings_under_load_lose_nothing`: partition slots moved to another master with
+//!   all their keys (stream, indexes, cached outcomes, reply streams, stored bodies) as
+//!   `redis-cli --cluster reshard` does; every other move holds the slot half moved for
+//!   a second first (the old master answers `ASK` and `TRYAGAIN`), and during some of
+//!   those holds a worker is SIGKILLed (its replacement starts mid-migration).
+//! - `masters_killed_under_load_lose_nothing`: two masters SIGKILLed one after the other
+//!   (3 masters with a replica each, AOF always); their replicas take over.
+//!
+//! Each runs with dedup on, then off; every tenth request carries 8 KiB (a stored body
+//! with dedup on, the producer's own connection without) and is answered with it (a
+//! stored answer). The load keeps going until the faults are over and a tail of
+//! requests is answered after them. Every caller is answered once with its own response;
+//! the memory check runs on every partition's master at the end (without dedup no stored
+//! answer may be left: the producer deletes each once read, also across a move). (The reply spy of the
+//! one-node scenarios reads one node's stream, which a resharding moves; a duplicate push
+//! would show here as a caller resolved twice, which the load counts.)
+//!
+//! Short: 6 moves (each partition once, 2 kills) / 2 failovers, a few thousand requests.
+//! Long (`PELICAN_SOAK=1`): 60 moves every 2-5 s (a kill every fifth) / 2 failovers 20 s
+//! apart, with 60 s of load after the last fault.
+
+use crate::common::*;
+use pelican::Keys;
+use pelican_testkit::{unique_name, RedisCluster};
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+const PARTITIONS: u32 = 6;
+const MASTERS: usize = 3;
+const WORKERS: usize = 3;
+/// 3 x 48 handler slots against 400 requests in flight: the rest waits in the streams.
+const CONCURRENCY: u32 = 48;
+const IN_FLIGHT: usize = 400;
+const CLAIM_IDLE_MS: u64 = 1500;
+/// How long a half-moved slot is held (the scenario's duration, not a wait).
+const HOLD: Duration = Duration::from_secs(1);
+/// Answers awaited between two faults of the short variants: the queue is seen working
+/// again before the next one.
+const BETWEEN: u64 = 800;
+/// Answers awaited after the last fault of the short variants.
+const TAIL: u64 = 2_000;
+/// More requests than any run submits: the scenario stops the load (`LoadSpec::stop`).
+const OPEN_ENDED: u64 = 5_000_000;
+/// Every tenth request carries this many bytes more.
+const PAD: usize = 8192;
+/// How long the load may take to give the next batch of answers before the test calls
+/// the queue stalled.
+const STALL_LIMIT: Duration = Duration::from_secs(60);
+
+fn spec(url: &str, queue: &str) -> WorkerSpec {
+    WorkerSpec::new(url, queue)
+        .handler("sleep:20")
+        .concurrency(CONCURRENCY)
+        .claim_idle(CLAIM_IDLE_MS)
+        .env("PELICAN_PARTITIONS", &PARTITIONS.to_string())
+}
+
+/// Waits until `progress` has reached `at` answers; panics if the load stalls.
+async fn answers(progress: &Progress, at: u64, what: &str) {
+    let start = Instant::now();
+    while progress.get() < at {
+        assert!(
+            start.elapsed() < STALL_LIMIT,
+            "{what}: the load stalled at {} answers (waiting for {at})",
+            progress.get()
+        );
+        // polling the load's progress, not waiting for something to happen
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// The stream key of partition `p`: its slot is the partition's.
+fn stream_of(queue: &str, p: u32) -> String {
+    Keys::partition(PREFIX, queue, p, PARTITIONS)
+        .stream()
+        .to_string()
+}
+
+/// Waits (30 s deadline) until every partition's stream is empty with nothing pending,
+/// the workers still running. After a failover the new master may hold entries whose
+/// completion the old one had not passed on yet: pending with a consumer that finished
+/// them, they are reclaimed after claim_idle and run again (counted as re-runs), and the
+/// finished entries behind them are trimmed then.
+async fn settled(cluster: &RedisCluster, queue: &str) {
+    let start = Instant::now();
+    loop {
+        let mut busy = Vec::new();
+        for p in 0..PARTITIONS {
+            let names = Keys::partition(PREFIX, queue, p, PARTITIONS);
+            let node = &cluster.nodes()[cluster.master_of(names.stream())];
+            let mut c = raw_conn(&node.url())
+                .await
+                .expect("a connection to a master");
+            let len: u64 = redis::cmd("XLEN")
+                .arg(names.stream())
+                .query_async(&mut c)
+                .await
+                .expect("XLEN");
+            if len > 0 {
+                busy.push(format!("partition {p}: {len} entries"));
+            }
+        }
+        if busy.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the queue did not settle: {busy:?}"
+        );
+        // polling Redis for the state awaited
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The memory check of a partitioned queue: every partition's keys on the master that
+/// serves them now, and the queue's own tag (only the record of its partition count).
+async fn cluster_leftovers(cluster: &RedisCluster, queue: &str) -> Leftovers {
+    let mut all = Leftovers::default();
+    let mut names: Vec<Keys> = (0..PARTITIONS)
+        .map(|p| Keys::partition(PREFIX, queue, p, PARTITIONS))
+        .collect();
+    names.push(Keys::new(PREFIX, queue));
+    for n in &names {
+        let node = &cluster.nodes()[cluster.master_of(n.stream())];
+        let mut c = raw_conn(&node.url())
+            .await
+            .expect("a connection to a master");
+        let l = leftovers_of(&mut c, n, false).await;
+        all.outcomes += l.outcomes;
+        all.consumers = all.consumers.max(l.consumers);
+        all.bad.extend(l.bad);
+    }
+    assert!(
+        all.bad.is_empty(),
+        "keys left behind by queue {queue}:\n{}",
+        all.bad
+            .iter()
+            .take(30)
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    all
+}
+
+fn on_off(dedup: bool) -> &'static str {
+    if dedup {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// What every caller must have got, what the workers must not have done, and what must
+/// not be left in Redis.
+fn assert_every_caller_answered(report: &LoadReport, fleet: &Fleet, left: &Leftovers, dedup: bool) {
+    assert!(report.requests > 0);
+    assert_eq!(report.ok, report.requests, "{}", report.one_line());
+    assert_eq!(report.lost(), 0, "{}", report.one_line());
+    assert_eq!(report.hung, 0, "{}", report.one_line());
+    assert_eq!(report.resolved_twice, 0, "{}", report.one_line());
+    assert_eq!(
+        fleet.panics(),
+        0,
+        "a worker panicked:\n{}",
+        fleet.stderr_tails()
+    );
+    if !dedup {
+        assert_eq!(left.answers, 0, "stored answers read but left in Redis");
+        assert_eq!(left.outcomes, 0, "outcomes cached without dedup");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reshardings_under_load_lose_nothing() {
+    let _one_at_a_time = serial().await;
+    for dedup in [true, false] {
+        reshardings(dedup).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn masters_killed_under_load_lose_nothing() {
+    let _one_at_a_time = serial().await;
+    for dedup in [true, false] {
+        failovers(dedup).await;
+    }
+}
+
+/// The load of both scenarios: open-ended (the scenario stops it), every tenth request
+/// padded.
+fn load_spec(run: &str, timeout: Duration) -> LoadSpec {
+    let mut spec = LoadSpec::new(run, OPEN_ENDED, IN_FLIGHT, timeout);
+    spec.pad = PAD;
+    spec.padded = |i| i % 10 == 0;
+    spec
+}
+
+async fn reshardings(dedup: bool) {
+    let long = soak();
+    let moves: usize = if long { 60 } else { PARTITIONS as usize };
+    let mut rng = Rng::new("cluster-reshard");
+    let cluster = RedisCluster::start(MASTERS);
+    let url = cluster.cluster_url();
+    let queue = unique_name(if dedup { "reshard" } else { "reshard-nodedup" });
+    let mut fleet = Fleet::start(spec(&url, &queue), WORKERS).await;
+    let timeout = Duration::from_secs(60);
+    let p = producer_with(
+        queue_config(&url, &queue).with_partitions(PARTITIONS),
+        timeout,
+        dedup,
+    )
+    .await;
+    let progress = Progress::default();
+    let load_spec = load_spec("reshard", timeout);
+    let stop = load_spec.stop.clone();
+    let load = tokio::spawn(drive(p.clone(), load_spec, progress.clone()));
+
+    let started = Instant::now();
+    let mut cluster = Some(cluster);
+    let (mut held, mut killed_in_hold) = (0u64, 0u64);
+    answers(&progress, BETWEEN, "before the first move").await;
+    for k in 0..moves {
+        if long {
+            // the soak's pace: a move every 2 to 5 s
+            tokio::time::sleep(Duration::from_millis(rng.range(2000, 5000))).await;
+        } else if k > 0 {
+            let at = progress.get() + BETWEEN;
+            answers(&progress, at, "between two moves").await;
+        }
+        let key = stream_of(&queue, (k % PARTITIONS as usize) as u32);
+        let hold = k % 2 == 1;
+        let kill = hold && if long { k % 5 == 0 } else { k % 4 == 1 };
+        let c = cluster.take().expect("the cluster");
+        let (c, moving) = tokio::task::spawn_blocking(move || {
+            let from = c.master_of(&key);
+            let moving = c.begin_slot_move(&key, (from + 1) % MASTERS);
+            (c, moving)
+        })
+        .await
+        .expect("beginning a move");
+        if hold {
+            held += 1;
+            if kill {
+                let pid = fleet.kill_one(&mut rng);
+                killed_in_hold += 1;
+                eprintln!("cluster-reshard: SIGKILLed worker {pid} while slot moves");
+            }
+            // the scenario: the slot stays half moved this long
+            tokio::time::sleep(HOLD).await;
+        }
+        cluster = Some(
+            tokio::task::spawn_blocking(move || {
+                c.finish_slot_move(&moving);
+                c
+            })
+            .await
+            .expect("finishing a move"),
+        );
+        eprintln!(
+            "cluster-reshard: move {} of {moves} done after {} answers ({:.1}s)",
+            k + 1,
+            progress.get(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    if long {
+        // the soak: a minute of load after the last move
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    } else {
+        let at = progress.get() + TAIL;
+        answers(&progress, at, "after the last move").await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let report = load.await.expect("load task");
+    let duration = started.elapsed();
+    eprintln!("cluster-reshard: {}", report.one_line());
+    let cluster = cluster.expect("the cluster");
+    let settling = Instant::now();
+    settled(&cluster, &queue).await;
+    let settle_s = settling.elapsed().as_secs_f64();
+
+    fleet.stop().await;
+    p.shutdown().await.expect("producer shutdown");
+    let (rerun_requests, redelivered, max_delivery) = {
+        let log = fleet.log.lock().unwrap();
+        (log.rerun().0, log.redelivered, log.max_delivery)
+    };
+    let left = cluster_leftovers(&cluster, &queue).await;
+    let mut s = Summary::new(
+        "Redis Cluster reshardings under load (worker processes)",
+        &format!(
+            "3 masters, {PARTITIONS} partitions, dedup {}; {WORKERS} workers x {CONCURRENCY}, handler sleep:20, {IN_FLIGHT} in flight (every tenth {PAD} B), claim_idle {CLAIM_IDLE_MS} ms",
+            on_off(dedup)
+        ),
+    );
+    s.account(duration, report.requests, &report, 0);
+    s.reruns = redelivered;
+    s.set("slot_moves", moves as u64)
+        .set("held_half_moved", held)
+        .set("hold_ms", HOLD.as_millis() as u64)
+        .set("workers_killed_mid_move", killed_in_hold)
+        .set("requests_run_twice_or_more", rerun_requests)
+        .set("max_delivery", max_delivery)
+        .set("submit_retries", report.submit_retries)
+        .set("max_latency_s", report.max_latency.as_secs_f64())
+        .set("cached_outcomes_left", left.outcomes)
+        .set("stored_answers_left", left.answers)
+        .set("settled_after_s", settle_s)
+        .set("consumers_left", left.consumers);
+    s.emit();
+
+    assert_every_caller_answered(&report, &fleet, &left, dedup);
+    assert_eq!(fleet.kills, killed_in_hold);
+    assert!(killed_in_hold > 0, "no worker was killed mid-move");
+}
+
+async fn failovers(dedup: bool) {
+    let long = soak();
+    let cluster = RedisCluster::start_with(
+        MASTERS,
+        1,
+        &["--appendonly", "yes", "--appendfsync", "always"],
+    );
+    let url = cluster.cluster_url();
+    let queue = unique_name(if dedup {
+        "failover"
+    } else {
+        "failover-nodedup"
+    });
+    let mut fleet = Fleet::start(spec(&url, &queue), WORKERS).await;
+    let timeout = Duration::from_secs(60);
+    let p = producer_with(
+        queue_config(&url, &queue).with_partitions(PARTITIONS),
+        timeout,
+        dedup,
+    )
+    .await;
+    let progress = Progress::default();
+    let load_spec = load_spec("failover", timeout);
+    let stop = load_spec.stop.clone();
+    let load = tokio::spawn(drive(p.clone(), load_spec, progress.clone()));
+
+    let started = Instant::now();
+    let mut cluster = Some(cluster);
+    let mut failover_s = Vec::new();
+    for k in 0..2 {
+        if long {
+            // the soak's pace: 20 s of load before each failover
+            tokio::time::sleep(Duration::from_secs(20)).await;
+        } else {
+            let at = progress.get() + BETWEEN;
+            answers(&progress, at, "before a failover").await;
+        }
+        let queue = queue.clone();
+        let c = cluster.take().expect("the cluster");
+        let t = Instant::now();
+        let (c, port) = tokio::task::spawn_blocking(move || {
+            let mut c = c;
+            // A partition whose master still has a replica to take over (the first kill
+            // leaves its shard with none).
+            let key = (0..PARTITIONS)
+                .map(|p| stream_of(&queue, p))
+                .find(|key| !c.replicas_of(c.master_of(key)).is_empty())
+                .expect("a master with a replica");
+            let victim = c.kill_master_of(&key);
+            let port = c.nodes()[victim].port();
+            (c, port)
+        })
+        .await
+        .expect("a failover");
+        cluster = Some(c);
+        failover_s.push(t.elapsed().as_secs_f64());
+        eprintln!(
+            "cluster-failover: master on port {port} killed, replica promoted ({} of 2, after {} answers, {:.1}s)",
+            k + 1,
+            progress.get(),
+            started.elapsed().as_secs_f64()
+        );
+    }
+    if long {
+        // the soak: a minute of load after the last failover
+        tokio::time::sleep(Duration::from_secs(60)).await;
+    } else {
+        let at = progress.get() + TAIL;
+        answers(&progress, at, "after the last failover").await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let report = load.await.expect("load task");
+    let duration = started.elapsed();
+    eprintln!("cluster-failover: {}", report.one_line());
+    let cluster = cluster.expect("the cluster");
+    let settling = Instant::now();
+    settled(&cluster, &queue).await;
+    let settle_s = settling.elapsed().as_secs_f64();
+
+    fleet.stop().await;
+    p.shutdown().await.expect("producer shutdown");
+    let (rerun_requests, redelivered, max_delivery) = {
+        let log = fleet.log.lock().unwrap();
+        (log.rerun().0, log.redelivered, log.max_delivery)
+    };
+    let left = cluster_leftovers(&cluster, &queue).await;
+    let mut s = Summary::new(
+        "Redis Cluster masters SIGKILLed under load (worker processes)",
+        &format!(
+            "3 masters + 3 replicas, appendfsync always; {PARTITIONS} partitions, dedup {}; {WORKERS} workers x {CONCURRENCY}, handler sleep:20, {IN_FLIGHT} in flight (every tenth {PAD} B), claim_idle {CLAIM_IDLE_MS} ms",
+            on_off(dedup)
+        ),
+    );
+    s.account(duration, report.requests, &report, 0);
+    s.reruns = redelivered;
+    s.set("failovers", 2u64)
+        .set("failover_s", failover_s)
+        .set("requests_run_twice_or_more", rerun_requests)
+        .set("max_delivery", max_delivery)
+        .set("submit_retries", report.submit_retries)
+        .set("max_latency_s", report.max_latency.as_secs_f64())
+        .set("cached_outcomes_left", left.outcomes)
+        .set("stored_answers_left", left.answers)
+        .set("settled_after_s", settle_s)
+        .set("consumers_left", left.consumers);
+    s.emit();
+
+    assert_every_caller_answered(&report, &fleet, &left, dedup);
+}
