@@ -132,6 +132,7 @@ async fn cluster_leftovers(cluster: &RedisCluster, queue: &str) -> Leftovers {
             .expect("a connection to a master");
         let l = leftovers_of(&mut c, n, false).await;
         all.outcomes += l.outcomes;
+        all.answers += l.answers;
         all.consumers = all.consumers.max(l.consumers);
         all.bad.extend(l.bad);
     }
