@@ -204,10 +204,13 @@ struct Undeleted {
 impl Undeleted {
     fn add(&mut self, keys: Vec<String>) {
         self.keys.extend(keys);
-        let now = Instant::now();
-        let backoff = self.backoff.get_or_insert_with(Backoff::new);
-        let give_up = self.next.map_or(now + DELETE_FOR, |(_, g)| g);
-        self.next = Some((now + backoff.next(), give_up));
+        if self.next.is_none() {
+            // The first refusal schedules the next try; later ones join it (pushing it
+            // back on every refused round would put it off for as long as they come).
+            let now = Instant::now();
+            let wait = self.backoff.get_or_insert_with(Backoff::new).next();
+            self.next = Some((now + wait, now + DELETE_FOR));
+        }
     }
 
     /// How long until the next try; `None` when nothing waits.
@@ -302,6 +305,20 @@ mod tests {
             name: "a".into(),
             indexed: true,
         }
+    }
+
+    #[test]
+    fn refused_deletes_are_tried_again_soon_however_many_follow() {
+        let mut u = Undeleted::default();
+        assert_eq!(u.due_in(), None, "nothing waits");
+        u.add(vec!["a".into()]);
+        let first = u.due_in().expect("a try is scheduled");
+        assert!(first <= Duration::from_millis(50), "{first:?}");
+        for n in 0..100 {
+            u.add(vec![format!("k{n}")]);
+        }
+        assert!(u.due_in().expect("still scheduled") <= first, "put off");
+        assert_eq!(u.keys.len(), 101);
     }
 
     #[test]
