@@ -189,15 +189,22 @@ async fn exists(c: &mut MultiplexedConnection, key: &str) -> bool {
 /// expected, dead letters) remains.
 pub async fn assert_only_outcomes_remain(url: &str, queue: &str, dead_allowed: bool) -> Leftovers {
     let l = leftovers(url, queue, dead_allowed).await;
-    assert!(
-        l.bad.is_empty(),
-        "keys left behind by queue {queue}:\n{}",
-        l.bad
-            .iter()
-            .take(30)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    l.assert_clean(queue);
     l
+}
+
+impl Leftovers {
+    /// Panics with the first 30 keys that must not be there, if any.
+    pub fn assert_clean(&self, queue: &str) {
+        assert!(
+            self.bad.is_empty(),
+            "keys left behind by queue {queue}:\n{}",
+            self.bad
+                .iter()
+                .take(30)
+                .cloned()
+                .collect::<Vec<_>>()
+                .join("\n")
+        );
+    }
 }

@@ -25,7 +25,7 @@
 
 use crate::common::*;
 use pelican::Keys;
-use pelican_testkit::{unique_name, RedisCluster};
+use pelican_testkit::{eventually, unique_name, RedisCluster};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,16 +62,8 @@ fn spec(url: &str, queue: &str) -> WorkerSpec {
 
 /// Waits until `progress` has reached `at` answers; panics if the load stalls.
 async fn answers(progress: &Progress, at: u64, what: &str) {
-    let start = Instant::now();
-    while progress.get() < at {
-        assert!(
-            start.elapsed() < STALL_LIMIT,
-            "{what}: the load stalled at {} answers (waiting for {at})",
-            progress.get()
-        );
-        // polling the load's progress, not waiting for something to happen
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let what = format!("{at} answers ({what})");
+    eventually(STALL_LIMIT, &what, || async { progress.get() >= at }).await;
 }
 
 /// The stream key of partition `p`: its slot is the partition's.
@@ -81,40 +73,35 @@ fn stream_of(queue: &str, p: u32) -> String {
         .to_string()
 }
 
-/// Waits (30 s deadline) until every partition's stream is empty with nothing pending,
-/// the workers still running. After a failover the new master may hold entries whose
+/// Waits (30 s deadline) until every partition's stream is empty, the workers still
+/// running. After a failover the new master may hold entries whose
 /// completion the old one had not passed on yet: pending with a consumer that finished
 /// them, they are reclaimed after claim_idle and run again (counted as re-runs), and the
 /// finished entries behind them are trimmed then.
 async fn settled(cluster: &RedisCluster, queue: &str) {
-    let start = Instant::now();
-    loop {
-        let mut busy = Vec::new();
-        for p in 0..PARTITIONS {
-            let names = Keys::partition(PREFIX, queue, p, PARTITIONS);
-            let node = &cluster.nodes()[cluster.master_of(names.stream())];
-            let mut c = raw_conn(&node.url())
-                .await
-                .expect("a connection to a master");
-            let len: u64 = redis::cmd("XLEN")
-                .arg(names.stream())
-                .query_async(&mut c)
-                .await
-                .expect("XLEN");
-            if len > 0 {
-                busy.push(format!("partition {p}: {len} entries"));
+    eventually(
+        Duration::from_secs(30),
+        "every partition's stream to empty",
+        || async {
+            for p in 0..PARTITIONS {
+                let names = Keys::partition(PREFIX, queue, p, PARTITIONS);
+                let node = &cluster.nodes()[cluster.master_of(names.stream())];
+                let mut c = raw_conn(&node.url())
+                    .await
+                    .expect("a connection to a master");
+                let len: u64 = redis::cmd("XLEN")
+                    .arg(names.stream())
+                    .query_async(&mut c)
+                    .await
+                    .expect("XLEN");
+                if len > 0 {
+                    return false;
+                }
             }
-        }
-        if busy.is_empty() {
-            return;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "the queue did not settle: {busy:?}"
-        );
-        // polling Redis for the state awaited
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+            true
+        },
+    )
+    .await;
 }
 
 /// The memory check of a partitioned queue: every partition's keys on the master that
@@ -136,16 +123,7 @@ async fn cluster_leftovers(cluster: &RedisCluster, queue: &str) -> Leftovers {
         all.consumers = all.consumers.max(l.consumers);
         all.bad.extend(l.bad);
     }
-    assert!(
-        all.bad.is_empty(),
-        "keys left behind by queue {queue}:\n{}",
-        all.bad
-            .iter()
-            .take(30)
-            .cloned()
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    all.assert_clean(queue);
     all
 }
 
@@ -287,8 +265,16 @@ impl Run {
 }
 
 impl Ending {
-    /// The summary line's common part.
-    fn summary(&self, fleet: &Fleet, fault: &str, setup: &str, dedup: bool) -> Summary {
+    /// Emits the run's summary line (the scenario adds its own fields with `extra`), then
+    /// asserts what every caller must have got.
+    fn close(
+        &self,
+        fleet: &Fleet,
+        fault: &str,
+        setup: &str,
+        dedup: bool,
+        extra: impl FnOnce(&mut Summary),
+    ) {
         let (rerun_requests, redelivered, max_delivery) = {
             let log = fleet.log.lock().unwrap();
             (log.rerun().0, log.redelivered, log.max_delivery)
@@ -310,7 +296,9 @@ impl Ending {
             .set("stored_answers_left", self.left.answers)
             .set("settled_after_s", self.settle_s)
             .set("consumers_left", self.left.consumers);
-        s
+        extra(&mut s);
+        s.emit();
+        self.assert_every_caller_answered(fleet, dedup);
     }
 
     /// What every caller must have got, what the workers must not have done, and what
@@ -374,18 +362,18 @@ async fn reshardings(dedup: bool) {
         );
     }
     let (ending, fleet) = run.finish().await;
-    let mut s = ending.summary(
+    ending.close(
         &fleet,
         "Redis Cluster reshardings under load (worker processes)",
         "3 masters",
         dedup,
+        |s| {
+            s.set("slot_moves", moves as u64)
+                .set("held_half_moved", held)
+                .set("hold_ms", HOLD.as_millis() as u64)
+                .set("workers_killed_mid_move", killed_in_hold);
+        },
     );
-    s.set("slot_moves", moves as u64)
-        .set("held_half_moved", held)
-        .set("hold_ms", HOLD.as_millis() as u64)
-        .set("workers_killed_mid_move", killed_in_hold);
-    s.emit();
-    ending.assert_every_caller_answered(&fleet, dedup);
     assert_eq!(fleet.kills, killed_in_hold);
     assert!(killed_in_hold > 0, "no worker was killed mid-move");
 }
@@ -424,13 +412,13 @@ async fn failovers(dedup: bool) {
         );
     }
     let (ending, fleet) = run.finish().await;
-    let mut s = ending.summary(
+    ending.close(
         &fleet,
         "Redis Cluster masters SIGKILLed under load (worker processes)",
         "3 masters + 3 replicas, appendfsync always",
         dedup,
+        |s| {
+            s.set("failovers", 2u64).set("failover_s", failover_s);
+        },
     );
-    s.set("failovers", 2u64).set("failover_s", failover_s);
-    s.emit();
-    ending.assert_every_caller_answered(&fleet, dedup);
 }
