@@ -19,15 +19,14 @@ copy of a body costs on this machine.
 
 Needs redis-server on PATH; starts its own on a free loopback port.
 """
-import argparse, os, shutil, socket, subprocess, sys, tempfile, time
+import argparse, importlib.util, os, shutil, socket, subprocess, sys, tempfile, time
 
-
-def resp(*args):
-    out = [b"*%d\r\n" % len(args)]
-    for a in args:
-        a = a if isinstance(a, bytes) else str(a).encode()
-        out.append(b"$%d\r\n%s\r\n" % (len(a), a))
-    return b"".join(out)
+# The RESP encoder of stream-floor.py (its file name is not a module name).
+_spec = importlib.util.spec_from_file_location(
+    "stream_floor", os.path.join(os.path.dirname(os.path.abspath(__file__)), "stream-floor.py"))
+_floor = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_floor)
+resp = _floor.resp
 
 
 class Conn:
