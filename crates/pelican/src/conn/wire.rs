@@ -225,12 +225,6 @@ pub(crate) fn into_result(v: Value) -> RedisResult<Value> {
     }
 }
 
-/// The header of a RESP bulk string of `len` bytes (`$<len>\r\n`), for a value written
-/// in place by [`LeanConn::send_parts`].
-pub(crate) fn bulk_header(len: usize) -> Vec<u8> {
-    format!("${len}\r\n").into_bytes()
-}
-
 /// Reads one whole RESP2 reply from `r` (`line` is a scratch buffer). A server error
 /// reply comes back as [`Value::ServerError`], at the top or inside an array, as from
 /// `redis::parse_redis_value`. `Err` means the stream cannot be read on: an I/O error,

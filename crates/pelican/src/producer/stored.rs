@@ -7,7 +7,7 @@
 
 use super::pending::Inner;
 use crate::conn::cluster::{slot_elsewhere, slot_moved_error};
-use crate::conn::framed::{Framed, StoredBody};
+use crate::conn::framed::{Framed, Joined, StoredBody};
 use crate::conn::wire::{into_result, LeanConn};
 use crate::conn::OwnConn;
 use crate::protocol::scripts::ScriptCall;
@@ -56,13 +56,9 @@ async fn send_replies<'f, F: std::borrow::Borrow<Framed<'f>>>(
         Ok(c) => c,
         Err(e) => return Some(Err(e)),
     };
-    let mut parts: Vec<&[u8]> = Vec::with_capacity(frames.len() * 3 + 1);
-    for f in frames {
-        parts.extend(f.borrow().parts());
-    }
-    parts.extend(last);
+    let joined = Joined::new(frames.iter().flat_map(|f| f.borrow().parts()).chain(last));
     let n = frames.len() + usize::from(last.is_some());
-    let replies = match conn.send_parts(&parts, n).await {
+    let replies = match conn.send_parts(&joined.parts(), n).await {
         Ok(r) => r,
         Err(e) => return Some(Err(e)),
     };

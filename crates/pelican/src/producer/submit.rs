@@ -199,14 +199,20 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
 async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     let sh = &inner.shared;
     let now = now_ms().to_string();
-    if jobs.iter().any(|j| j.body.len() >= STORED_BODY_MIN) {
-        // Large bodies written in place on a lean connection (see `stored.rs`).
+    {
+        // On a lean connection (see `stored.rs`): large bodies written in place, small
+        // ones with the rest of the batch in one buffer; the replies read by the lean
+        // reader. The client library's pipeline below (kept for TLS and Unix sockets)
+        // built each command by growing it argument by argument, copied them all into
+        // the pipeline and parsed the replies with its general parser: about a third of
+        // the producer's instructions per request without dedup.
         let deadlines: Vec<String> = jobs.iter().map(|j| j.deadline_ms.to_string()).collect();
         let xadds: Vec<Framed<'_>> = jobs
             .iter()
             .zip(&deadlines)
             .map(|(j, deadline)| {
-                let mut before: Vec<&[u8]> = vec![
+                let mut before: Vec<&[u8]> = Vec::with_capacity(16);
+                before.extend_from_slice(&[
                     b"XADD",
                     sh.keys.stream.as_bytes(),
                     b"*",
@@ -220,7 +226,7 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
                     now.as_bytes(),
                     b"index",
                     b"0",
-                ];
+                ]);
                 if let Some(tp) = &j.tp {
                     before.extend([crate::trace::FIELD.as_bytes(), tp.as_bytes()]);
                 }
