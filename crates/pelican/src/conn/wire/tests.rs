@@ -73,6 +73,40 @@ fn lengths_past_the_limits_and_negative_lengths_are_protocol_errors() {
     assert!(read_bytes(nested.as_bytes(), 64).is_ok());
 }
 
+#[test]
+fn integers_parse_as_with_str_parse() {
+    for text in [
+        "0",
+        "7",
+        "-1",
+        "-0",
+        "123456789012345678",
+        "-123456789012345678",
+        "9223372036854775807",
+        "-9223372036854775808",
+        "1234567890123456789",
+    ] {
+        assert_eq!(
+            integer(text.as_bytes()).ok(),
+            Some(text.parse::<i64>().unwrap()),
+            "{text}"
+        );
+    }
+    for bad in [
+        "",
+        "-",
+        "1a",
+        " 1",
+        "1 ",
+        "--1",
+        "9223372036854775808",
+        "1.5",
+        "x",
+    ] {
+        assert!(integer(bad.as_bytes()).is_err(), "{bad:?}");
+    }
+}
+
 /// The largest single allocation the current thread asked for, so a test can see
 /// what a reply made the reader reserve.
 mod probe {
