@@ -69,9 +69,9 @@ pub(crate) fn continue_from(span: &tracing::Span, tp: Option<&str>) {
 pub(crate) fn continue_from(_span: &tracing::Span, _tp: Option<&str>) {}
 
 /// A `tp` value as read from an entry: kept only if it is short text.
-pub(crate) fn from_entry(raw: Option<&[u8]>) -> Option<String> {
+pub(crate) fn from_entry(raw: Option<&[u8]>) -> Option<std::sync::Arc<str>> {
     let raw = raw.filter(|r| !r.is_empty() && r.len() <= MAX_LEN)?;
-    std::str::from_utf8(raw).ok().map(str::to_string)
+    std::str::from_utf8(raw).ok().map(Into::into)
 }
 
 /// Parses a version-00 `traceparent`: `00-<32 hex trace id>-<16 hex span id>-<2 hex
@@ -127,7 +127,7 @@ mod tests {
 
     #[test]
     fn entry_values_are_kept_only_when_short_text() {
-        assert_eq!(from_entry(Some(b"00-ab")), Some("00-ab".to_string()));
+        assert_eq!(from_entry(Some(b"00-ab")).as_deref(), Some("00-ab"));
         assert_eq!(from_entry(None), None);
         assert_eq!(from_entry(Some(b"")), None);
         assert_eq!(from_entry(Some(&[0xff, 0xfe])), None);

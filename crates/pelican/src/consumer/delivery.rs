@@ -17,9 +17,11 @@ use tokio_util::sync::CancellationToken;
 /// What is known about a delivered request besides its body.
 #[derive(Debug, Clone)]
 pub struct Job {
-    pub(crate) sid: String,
-    pub(crate) rid: String,
-    pub(crate) from: String,
+    // Shared, not copied: a job is cloned for the handler and its ids go on to the
+    // outcome's write.
+    pub(crate) sid: Arc<str>,
+    pub(crate) rid: Arc<str>,
+    pub(crate) from: Arc<str>,
     pub(crate) indexed: bool,
     pub(crate) stored_body: bool,
     /// Small enough to wait for a trim once finished ([`crate::protocol::entry::Request`]).
@@ -28,7 +30,7 @@ pub struct Job {
     pub(crate) deadline_ms: u64,
     pub(crate) submitted_ms: u64,
     /// The entry's `tp` field: the submitter's W3C trace context.
-    pub(crate) tp: Option<String>,
+    pub(crate) tp: Option<Arc<str>>,
     pub(crate) lease: LeaseLost,
 }
 

@@ -6,13 +6,13 @@ use crate::error::{Error, Result};
 use crate::protocol::scripts::Renew;
 use crate::shared::Shared;
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The entries a consumer holds, by stream id.
 #[derive(Default)]
 pub(crate) struct Leases {
-    pub(super) held: Mutex<HashMap<String, Held>>,
+    pub(super) held: Mutex<HashMap<Arc<str>, Held>>,
     /// Held across a lease renewal and across a release: a renewal (`XCLAIM JUSTID`,
     /// idle back to 0) that was decided before an entry was released must not land after
     /// the release (`XCLAIM IDLE`), or the released entry waits a whole claim_idle.
@@ -29,10 +29,10 @@ pub(super) struct Held {
 
 impl Leases {
     /// Starts holding entry `sid`; the token fires if its lease is lost.
-    pub(super) fn hold(&self, sid: &str) -> CancellationToken {
+    pub(super) fn hold(&self, sid: &Arc<str>) -> CancellationToken {
         let lease = CancellationToken::new();
         self.held.lock().unwrap().insert(
-            sid.to_string(),
+            sid.clone(),
             Held {
                 lease: lease.clone(),
                 lost: false,
@@ -63,7 +63,7 @@ pub(super) async fn renew(sh: &Shared, name: &str, leases: &Leases) -> Result<()
     let _gate = leases.gate.lock().await;
     // Entries being finished or released need no lease any more (and a released one
     // must not get one).
-    let ids: Vec<String> = leases
+    let ids: Vec<Arc<str>> = leases
         .held
         .lock()
         .unwrap()
@@ -75,7 +75,7 @@ pub(super) async fn renew(sh: &Shared, name: &str, leases: &Leases) -> Result<()
         return Ok(());
     }
     // Idempotent: renewing a lease twice renews it twice.
-    let call = &Renew { consumer: name }.call(&sh.scripts, ids.iter().map(String::as_str));
+    let call = &Renew { consumer: name }.call(&sh.scripts, ids.iter().map(|s| &**s));
     let lost = retry_idempotent(move || async move { call.invoke(&mut sh.conn()).await })
         .await
         .map_err(|e| Error::redis("renewing leases", e))?;
@@ -83,7 +83,7 @@ pub(super) async fn renew(sh: &Shared, name: &str, leases: &Leases) -> Result<()
         let mut held = leases.held.lock().unwrap();
         let mut n = 0;
         for sid in lost {
-            if let Some(h) = held.get_mut(&sid).filter(|h| !h.finishing) {
+            if let Some(h) = held.get_mut(sid.as_str()).filter(|h| !h.finishing) {
                 h.lost = true;
                 h.lease.cancel();
                 n += 1;

@@ -237,7 +237,7 @@ where
                 // The handler slot is free once the handler is done; writing the outcome
                 // holds only the delivery's prefetch slot.
                 drop(permit);
-                let rid = d.job().request_id().to_string();
+                let rid = d.job().rid.clone();
                 let r = match result {
                     Ok(Ok(resp)) => d.respond(&resp).await.map(|_| ()),
                     Ok(Err(HandlerError::Fail(m))) => d.fail(m).await.map(|_| ()),

@@ -261,7 +261,7 @@ async fn deliver<Req, Resp, C>(
     Resp: Serialize + Send + 'static,
     C: Codec,
 {
-    let sid = e.id.clone();
+    let sid: Arc<str> = e.id.as_str().into();
     let tp = crate::trace::from_entry(e.get(crate::trace::FIELD));
     let mut req = match Request::from_entry(e, inner.shared.queue.max_body_bytes) {
         Ok(r) => r,
@@ -269,7 +269,7 @@ async fn deliver<Req, Resp, C>(
     };
     if req.deadline_ms < now_ms() {
         inner.writer.send(WriteJob::Complete(Completion {
-            sid: req.id,
+            sid,
             rid: req.rid,
             from: req.from,
             indexed: req.indexed,

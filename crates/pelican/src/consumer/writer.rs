@@ -35,9 +35,9 @@ pub(crate) enum WriteJob {
 
 /// An outcome to record for one entry.
 pub(crate) struct Completion {
-    pub(crate) sid: String,
-    pub(crate) rid: String,
-    pub(crate) from: String,
+    pub(crate) sid: Arc<str>,
+    pub(crate) rid: Arc<str>,
+    pub(crate) from: Arc<str>,
     pub(crate) indexed: bool,
     /// Its body is stored beside the stream (deleted with the entry).
     pub(crate) stored_body: bool,
@@ -54,7 +54,7 @@ pub(crate) struct Completion {
 
 /// An entry to hand back, reclaimable once its idle time reaches claim_idle.
 pub(crate) struct Release {
-    pub(crate) sid: String,
+    pub(crate) sid: Arc<str>,
     pub(crate) idle_ms: u64,
     pub(crate) ack: Option<oneshot::Sender<Result<()>>>,
 }
@@ -196,7 +196,7 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
         }
         if !releases.is_empty() {
-            let mut by_idle: HashMap<u64, Vec<String>> = HashMap::new();
+            let mut by_idle: HashMap<u64, Vec<Arc<str>>> = HashMap::new();
             for r in &releases {
                 by_idle.entry(r.idle_ms).or_default().push(r.sid.clone());
             }
@@ -344,7 +344,7 @@ async fn release(
     inner: &WriterTask,
     conn: &mut Option<OwnConn>,
     idle_ms: u64,
-    sids: &[String],
+    sids: &[Arc<str>],
 ) -> Result<()> {
     let sh = &inner.shared;
     let _gate = inner.leases.gate.lock().await;
@@ -352,7 +352,7 @@ async fn release(
         consumer: &inner.name,
         idle_ms,
     }
-    .call(&sh.scripts, sids.iter().map(String::as_str));
+    .call(&sh.scripts, sids.iter().map(|s| &**s));
     eval_own(inner, conn, &call, &[])
         .await
         .map_err(|e| Error::redis("releasing entries", e))?;

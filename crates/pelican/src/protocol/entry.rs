@@ -1,6 +1,7 @@
 //! Stream entries as Redis returns them, and the request they carry.
 
 use redis::Value;
+use std::sync::Arc;
 
 /// One stream entry: its id and its raw field/value pairs.
 #[derive(Debug, Clone)]
@@ -190,9 +191,8 @@ pub(crate) const SMALL_ENTRY_BODY: usize = 1024;
 /// The request an entry carries, checked.
 #[derive(Debug, Clone)]
 pub(crate) struct Request {
-    pub(crate) id: String,
-    pub(crate) rid: String,
-    pub(crate) from: String,
+    pub(crate) rid: Arc<str>,
+    pub(crate) from: Arc<str>,
     pub(crate) indexed: bool,
     /// Its body was stored beside the stream (field `bref`), fetched by the reader.
     pub(crate) stored_body: bool,
@@ -213,13 +213,13 @@ impl Request {
         let rid = e
             .get_str("rid")
             .filter(|r| !r.is_empty())
-            .ok_or("entry has no valid 'rid' field")?
-            .to_string();
+            .ok_or("entry has no valid 'rid' field")?;
         // The rules a producer's ids follow; anything else was written by someone else,
         // and an id becomes part of a key name.
         crate::config::validate_request_id(&rid)
             .map_err(|e| format!("entry has an invalid 'rid' field: {}", e.message()))?;
-        let from = e.get_str("from").unwrap_or("").to_string();
+        let rid: Arc<str> = rid.into();
+        let from: Arc<str> = e.get_str("from").unwrap_or("").into();
         let indexed = e.get("index") == Some(b"1");
         let deadline_ms = e
             .get_str("deadline")
@@ -245,7 +245,6 @@ impl Request {
             }
             _ => {}
         }
-        let id = e.id.clone();
         let body = e
             .fields
             .into_iter()
@@ -253,7 +252,6 @@ impl Request {
             .map(|(_, v)| v)
             .unwrap_or_default();
         Ok(Request {
-            id,
             rid,
             from,
             indexed,
