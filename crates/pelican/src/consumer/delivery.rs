@@ -157,27 +157,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         Req: Send + 'static,
         Resp: 'static,
     {
-        let max = self.writer.max_body_bytes();
-        let (outcome, err) = match C::encode(resp) {
-            Err(e) => {
-                let err = Error::codec("encoding the response", e);
-                let o = Outcome::Remote(format!(
-                    "the handler's response could not be encoded: {err:#}"
-                ));
-                (o, Some(err))
-            }
-            Ok(body) if body.len() > max => {
-                let msg = format!(
-                    "the response body is {} bytes; max_body_bytes is {max}",
-                    body.len()
-                );
-                (
-                    Outcome::Remote(msg.clone()),
-                    Some(Error::new(ErrorKind::TooLarge, msg)),
-                )
-            }
-            Ok(body) => (Outcome::Ok(body), None),
-        };
+        let (outcome, err) = self.encode(resp);
         async move {
             let recorded = self.finish(outcome).await?;
             match err {
@@ -202,14 +182,8 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
     /// Gives the request back to be delivered again after about `delay` (at most
     /// `claim_idle`).
     pub async fn retry_after(mut self, delay: Duration) -> Result<()> {
-        self.answered = true;
-        let idle = self.writer.claim_idle().saturating_sub(delay);
         let (tx, rx) = oneshot::channel();
-        self.writer.send(WriteJob::Release(Release {
-            sid: self.job.sid.clone(),
-            idle_ms: ms(idle),
-            ack: Some(tx),
-        }));
+        self.release(delay, Some(tx));
         let r = rx
             .await
             .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?;
@@ -217,12 +191,76 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         r
     }
 
+    /// [`Delivery::respond`] without waiting for the write: the prefetch slot goes with
+    /// the outcome to the writer, which logs a failure to write it. `Err` if the response
+    /// could not be sent as it is (not encodable, too large: the request fails with a
+    /// message saying so).
+    pub(crate) fn respond_in_background(mut self, resp: &Resp) -> Result<()> {
+        let (outcome, err) = self.encode(resp);
+        self.hand_over(outcome, None);
+        err.map_or(Ok(()), Err)
+    }
+
+    /// [`Delivery::fail`] without waiting for the write (see `respond_in_background`).
+    pub(crate) fn fail_in_background(mut self, message: String) {
+        self.hand_over(Outcome::Remote(message), None);
+    }
+
+    /// [`Delivery::retry_after`] without waiting for the write (see
+    /// `respond_in_background`).
+    pub(crate) fn retry_in_background(mut self, delay: Duration) {
+        self.release(delay, None);
+    }
+
+    /// The outcome a response makes, and the error to report with it when it cannot be
+    /// sent as it is.
+    fn encode(&self, resp: &Resp) -> (Outcome, Option<Error>) {
+        let max = self.writer.max_body_bytes();
+        match C::encode(resp) {
+            Err(e) => {
+                let err = Error::codec("encoding the response", e);
+                let o = Outcome::Remote(format!(
+                    "the handler's response could not be encoded: {err:#}"
+                ));
+                (o, Some(err))
+            }
+            Ok(body) if body.len() > max => {
+                let msg = format!(
+                    "the response body is {} bytes; max_body_bytes is {max}",
+                    body.len()
+                );
+                (
+                    Outcome::Remote(msg.clone()),
+                    Some(Error::new(ErrorKind::TooLarge, msg)),
+                )
+            }
+            Ok(body) => (Outcome::Ok(body), None),
+        }
+    }
+
     async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
+        let (tx, rx) = oneshot::channel();
+        self.hand_over(outcome, Some(tx));
+        // The prefetch slot is held until the outcome is written: it bounds the work in
+        // this consumer's hands, writes included.
+        let r = rx
+            .await
+            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?;
+        self.permit.take();
+        r
+    }
+
+    /// Sends the outcome to the writer. Without `ack` the prefetch slot goes with it.
+    fn hand_over(&mut self, outcome: Outcome, ack: Option<oneshot::Sender<Result<bool>>>) {
         self.answered = true;
         self.writer
             .metrics()
             .handler_duration(self.received.elapsed());
-        let (tx, rx) = oneshot::channel();
+        let slot = if ack.is_none() {
+            self.permit.take()
+        } else {
+            None
+        };
         self.writer.send(WriteJob::Complete(Completion {
             sid: self.job.sid.clone(),
             rid: self.job.rid.clone(),
@@ -231,15 +269,26 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             stored_body: self.job.stored_body,
             small: self.job.small,
             outcome,
-            ack: Some(tx),
+            ack,
+            slot,
         }));
-        // The prefetch slot is held until the outcome is written: it bounds the work in
-        // this consumer's hands, writes included.
-        let r = rx
-            .await
-            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?;
-        self.permit.take();
-        r
+    }
+
+    /// Sends the release to the writer. Without `ack` the prefetch slot goes with it.
+    fn release(&mut self, delay: Duration, ack: Option<oneshot::Sender<Result<()>>>) {
+        self.answered = true;
+        let idle = self.writer.claim_idle().saturating_sub(delay);
+        let slot = if ack.is_none() {
+            self.permit.take()
+        } else {
+            None
+        };
+        self.writer.send(WriteJob::Release(Release {
+            sid: self.job.sid.clone(),
+            idle_ms: ms(idle),
+            ack,
+            slot,
+        }));
     }
 }
 
@@ -250,6 +299,7 @@ impl<Req, Resp, C: Codec> Drop for Delivery<Req, Resp, C> {
                 sid: self.job.sid.clone(),
                 idle_ms: ms(self.writer.claim_idle()),
                 ack: None,
+                slot: None,
             }));
         }
     }

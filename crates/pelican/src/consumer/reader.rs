@@ -277,6 +277,7 @@ async fn deliver<Req, Resp, C>(
             small: req.small,
             outcome: Outcome::Expired("deadline passed before a consumer started it".into()),
             ack: None,
+            slot: None,
         }));
         return;
     }

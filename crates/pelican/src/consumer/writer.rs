@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 /// Most outcomes or releases written in one call.
@@ -50,6 +50,9 @@ pub(crate) struct Completion {
     /// not delete that answer when it loses.
     pub(crate) outcome: Outcome,
     pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
+    /// Handed over without waiting ([`crate::Consumer::serve`]): the delivery's prefetch
+    /// slot, dropped once the outcome is written, and a failure to write it is logged here.
+    pub(crate) slot: Option<OwnedSemaphorePermit>,
 }
 
 /// An entry to hand back, reclaimable once its idle time reaches claim_idle.
@@ -57,6 +60,8 @@ pub(crate) struct Release {
     pub(crate) sid: Arc<str>,
     pub(crate) idle_ms: u64,
     pub(crate) ack: Option<oneshot::Sender<Result<()>>>,
+    /// As [`Completion::slot`].
+    pub(crate) slot: Option<OwnedSemaphorePermit>,
 }
 
 /// What a delivery needs of its consumer: the way to the writer and the limits.
@@ -192,6 +197,8 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
                 }
                 if let Some(a) = c.ack {
                     let _ = a.send(r);
+                } else if let (Some(_), Err(e)) = (&c.slot, &r) {
+                    tracing::warn!(rid = %c.rid, error = %format_args!("{e:#}"), "could not record an outcome");
                 }
             }
         }
@@ -213,6 +220,8 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
                 if let Some(a) = r.ack {
                     let _ = a.send(result.clone());
                 }
+                // Its prefetch slot, if it came with it, is free now.
+                drop(r.slot);
             }
         }
         drop(turn);

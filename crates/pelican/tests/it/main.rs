@@ -13,6 +13,7 @@
 //! - `failover`: a cluster master killed mid-run, its replica promoted.
 //! - `refusals`: which Redis errors a caller may retry.
 //! - `nitro`: Nitro's wire format against a raw client of it (see `nitro/mod.rs`).
+//! - `serve`: `Consumer::serve`'s handler tasks: the concurrency bound, every way a handler ends.
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 //! - `trace`: the entry's trace context field `tp`.
 
@@ -29,6 +30,7 @@ mod matrix;
 mod nitro;
 mod processes;
 mod refusals;
+mod serve;
 mod smoke;
 mod supervision;
 mod trace;
