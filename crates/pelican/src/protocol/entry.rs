@@ -216,7 +216,7 @@ impl Request {
             .ok_or("entry has no valid 'rid' field")?;
         // The rules a producer's ids follow; anything else was written by someone else,
         // and an id becomes part of a key name.
-        crate::config::validate_request_id(&rid)
+        crate::config::validate_request_id(rid)
             .map_err(|e| format!("entry has an invalid 'rid' field: {}", e.message()))?;
         let rid: Arc<str> = rid.into();
         let from: Arc<str> = e.get_str("from").unwrap_or("").into();
