@@ -282,6 +282,23 @@ impl OwnConn {
         }
     }
 
+    /// Runs a stream read (`XREADGROUP`, `XREAD`): each stream's name with its entries.
+    /// Errors as for [`OwnConn::query`].
+    pub(crate) async fn query_streams(
+        &mut self,
+        cmd: &redis::Cmd,
+    ) -> redis::RedisResult<wire::Streams> {
+        match self {
+            OwnConn::Lean(c) => c.query_streams(cmd).await,
+            OwnConn::Client(c) => Ok(crate::protocol::entry::read_into_streams(
+                cmd.query_async(c).await?,
+            )
+            .into_iter()
+            .map(|(name, entries)| (name.into(), entries))
+            .collect()),
+        }
+    }
+
     /// Runs `cmd`, made by [`evalsha`] for `script`, loading the script through `loader`
     /// first when Redis does not know it (a restart, a SCRIPT FLUSH).
     pub(crate) async fn eval(

@@ -59,12 +59,18 @@ impl Fetch {
             let cmds: Vec<Cmd> = split(count, parts)
                 .map(|(_, n)| read_command(inner, n, None))
                 .collect();
-            let replies = self.run(conn, &cmds).await?;
-            entries.extend(replies.into_iter().flat_map(entry::read_into_entries));
+            let conns = std::iter::once(&mut *conn).chain(self.extra.iter_mut());
+            let replies = try_join_all(conns.zip(&cmds).map(|(c, cmd)| c.query_streams(cmd))).await;
+            if replies.is_err() {
+                self.extra.clear();
+            }
+            entries.extend(replies?.into_iter().flatten().flat_map(|(_, e)| e));
         }
         if parts == 1 || (entries.is_empty() && block.is_some()) {
-            let reply = conn.query(&read_command(inner, count, block)).await?;
-            entries = entry::read_into_entries(reply);
+            let reply = conn
+                .query_streams(&read_command(inner, count, block))
+                .await?;
+            entries = reply.into_iter().flat_map(|(_, e)| e).collect();
         }
         self.entries = entries.len();
         if let Some(mean) = RawEntry::mean_size(&entries) {

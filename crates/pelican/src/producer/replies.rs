@@ -5,7 +5,6 @@ use super::pending::Inner;
 use crate::clock::ms;
 use crate::conn::retry::Backoff;
 use crate::error::{Error, Result};
-use crate::protocol::entry;
 use crate::shared::Shared;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -70,15 +69,15 @@ pub(super) async fn reply_reader(parts: Vec<(std::sync::Weak<Inner>, String)>) {
                 .arg("STREAMS")
                 .arg(&keys)
                 .arg(&last_ids);
-            let r = conn.query(&cmd).await;
+            let r = conn.query_streams(&cmd).await;
             if weaks[0].strong_count() == 0 {
                 return;
             }
             match r {
-                Ok(v) => {
+                Ok(streams) => {
                     backoff.reset();
                     let mut any = false;
-                    for (key, entries) in entry::read_into_streams(v) {
+                    for (key, entries) in streams {
                         let Some(i) = keys.iter().position(|k| k.as_bytes() == key) else {
                             continue;
                         };

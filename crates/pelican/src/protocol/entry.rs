@@ -1,13 +1,16 @@
 //! Stream entries as Redis returns them, and the request they carry.
 
+use bytes::Bytes;
 use redis::Value;
 use std::sync::Arc;
 
-/// One stream entry: its id and its raw field/value pairs.
+/// One stream entry: its id and its raw field/value pairs. The names and values are
+/// `Bytes`: read by the lean reader, the small ones of a reply share a few buffers
+/// (`conn::wire::read_streams`) instead of an allocation each.
 #[derive(Debug, Clone)]
 pub(crate) struct RawEntry {
     pub(crate) id: String,
-    pub(crate) fields: Vec<(Vec<u8>, Vec<u8>)>,
+    pub(crate) fields: Vec<(Bytes, Bytes)>,
 }
 
 impl RawEntry {
@@ -15,7 +18,7 @@ impl RawEntry {
         self.fields
             .iter()
             .find(|(k, _)| k == name.as_bytes())
-            .map(|(_, v)| v.as_slice())
+            .map(|(_, v)| &v[..])
     }
 
     /// Bytes of its field names and values.
@@ -99,7 +102,10 @@ pub(crate) fn parse_entries(v: &Value) -> Vec<RawEntry> {
             let fields = flat
                 .chunks(2)
                 .filter_map(|kv| match kv {
-                    [k, v] => Some((bytes(k)?.to_vec(), bytes(v)?.to_vec())),
+                    [k, v] => Some((
+                        Bytes::copy_from_slice(bytes(k)?),
+                        Bytes::copy_from_slice(bytes(v)?),
+                    )),
                     _ => None,
                 })
                 .collect();
@@ -134,7 +140,7 @@ pub(crate) fn into_entries(v: Value) -> Vec<RawEntry> {
             let mut fields = Vec::with_capacity(flat.len() / 2);
             while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
                 if let (Some(k), Some(v)) = (into_bytes(k), into_bytes(v)) {
-                    fields.push((k, v));
+                    fields.push((k.into(), v.into()));
                 }
             }
             Some(RawEntry { id, fields })
@@ -245,11 +251,13 @@ impl Request {
             }
             _ => {}
         }
+        // Moved out when it has a buffer of its own (a large body), copied when it shares
+        // one.
         let body = e
             .fields
             .into_iter()
-            .find(|(k, _)| k == b"body")
-            .map(|(_, v)| v)
+            .find(|(k, _)| k == &b"body"[..])
+            .map(|(_, v)| Vec::from(v))
             .unwrap_or_default();
         Ok(Request {
             rid,
@@ -300,7 +308,9 @@ pub(crate) fn mget_values(reply: Value) -> Vec<Option<Vec<u8>>> {
 pub(crate) fn attach_bodies(entries: &mut [RawEntry], at: &[usize], reply: Value) {
     for (&i, v) in at.iter().zip(into_array(reply)) {
         if let Some(b) = into_bytes(v) {
-            entries[i].fields.push((b"body".to_vec(), b));
+            entries[i]
+                .fields
+                .push((Bytes::from_static(b"body"), b.into()));
         }
     }
 }
@@ -337,7 +347,10 @@ mod tests {
             assert_eq!(got.len(), 2);
             assert_eq!(got[0].0, b"a");
             assert_eq!(got[0].1[0].id, "1-0");
-            assert_eq!(got[0].1[0].fields, vec![(b"r1".to_vec(), b"O1".to_vec())]);
+            assert_eq!(
+                got[0].1[0].fields,
+                vec![(Bytes::from_static(b"r1"), Bytes::from_static(b"O1"))]
+            );
             assert_eq!(got[1].0, b"b");
             assert_eq!(got[1].1[0].id, "2-0");
         }

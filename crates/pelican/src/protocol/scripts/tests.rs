@@ -213,8 +213,8 @@ impl Fixture {
         parse_entries(&v)
             .into_iter()
             .flat_map(|e| e.fields)
-            .filter(|(k, _)| k != b"pelican")
-            .map(|(k, v)| (String::from_utf8(k).unwrap(), v))
+            .filter(|(k, _)| k != &b"pelican"[..])
+            .map(|(k, v)| (String::from_utf8(k.to_vec()).unwrap(), v.to_vec()))
             .collect()
     }
 }
