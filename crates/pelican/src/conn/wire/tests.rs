@@ -454,7 +454,10 @@ fn read_streams_bytes(bytes: &[u8], cap: usize) -> RedisResult<Streams> {
 
 /// What the reply reads as through the client library's parser and the conversion the
 /// other connections use.
-fn streams_the_library_reads(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<(String, Vec<(Bytes, Bytes)>)>)> {
+/// Streams as plain values, to compare: each name with its entries' ids and fields.
+type Plain = Vec<(Vec<u8>, Vec<(String, Vec<(Bytes, Bytes)>)>)>;
+
+fn streams_the_library_reads(bytes: &[u8]) -> Plain {
     let v = redis::parse_redis_value(bytes).unwrap();
     plain(
         crate::protocol::entry::read_into_streams(v)
@@ -464,7 +467,7 @@ fn streams_the_library_reads(bytes: &[u8]) -> Vec<(Vec<u8>, Vec<(String, Vec<(By
     )
 }
 
-fn plain(s: Streams) -> Vec<(Vec<u8>, Vec<(String, Vec<(Bytes, Bytes)>)>)> {
+fn plain(s: Streams) -> Plain {
     s.into_iter()
         .map(|(n, e)| {
             (
