@@ -166,12 +166,9 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     // Idempotent per rid (a repeat joins the first attempt's request or reads its
     // outcome, and deletes its stored body again), so it may be sent again after a
     // dropped connection.
+    // On a lean connection, with or without stored bodies: through the shared connection
+    // the call's reply went through the client library's general parser.
     let call = &call;
-    if stored.is_empty() {
-        return retry_idempotent(move || async move { call.invoke(&mut sh.conn()).await })
-            .await
-            .map_err(|e| Error::redis("submitting requests", e));
-    }
     let stored = &stored;
     match submit_with_bodies(inner, call, stored).await {
         Some(Ok(answers)) => return Ok(answers),
