@@ -184,11 +184,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
     pub async fn retry_after(mut self, delay: Duration) -> Result<()> {
         let (tx, rx) = oneshot::channel();
         self.release(delay, Some(tx));
-        let r = rx
-            .await
-            .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?;
-        self.permit.take();
-        r
+        self.written(rx).await
     }
 
     /// [`Delivery::respond`] without waiting for the write: the prefetch slot goes with
@@ -241,13 +237,27 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
     async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
         let (tx, rx) = oneshot::channel();
         self.hand_over(outcome, Some(tx));
-        // The prefetch slot is held until the outcome is written: it bounds the work in
-        // this consumer's hands, writes included.
+        self.written(rx).await
+    }
+
+    /// Waits for the writer's word on what this delivery handed it. The prefetch slot is
+    /// held until then: it bounds the work in this consumer's hands, writes included.
+    async fn written<T>(&mut self, rx: oneshot::Receiver<Result<T>>) -> Result<T> {
         let r = rx
             .await
             .map_err(|_| Error::new(ErrorKind::Shutdown, "the consumer is shut down"))?;
         self.permit.take();
         r
+    }
+
+    /// The prefetch slot, to go with what is handed to the writer when nobody waits for
+    /// the write (`waited`: someone does, and frees it then).
+    fn slot_unless(&mut self, waited: bool) -> Option<OwnedSemaphorePermit> {
+        if waited {
+            None
+        } else {
+            self.permit.take()
+        }
     }
 
     /// Sends the outcome to the writer. Without `ack` the prefetch slot goes with it.
@@ -256,11 +266,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         self.writer
             .metrics()
             .handler_duration(self.received.elapsed());
-        let slot = if ack.is_none() {
-            self.permit.take()
-        } else {
-            None
-        };
+        let slot = self.slot_unless(ack.is_some());
         self.writer.send(WriteJob::Complete(Completion {
             sid: self.job.sid.clone(),
             rid: self.job.rid.clone(),
@@ -278,11 +284,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
     fn release(&mut self, delay: Duration, ack: Option<oneshot::Sender<Result<()>>>) {
         self.answered = true;
         let idle = self.writer.claim_idle().saturating_sub(delay);
-        let slot = if ack.is_none() {
-            self.permit.take()
-        } else {
-            None
-        };
+        let slot = self.slot_unless(ack.is_some());
         self.writer.send(WriteJob::Release(Release {
             sid: self.job.sid.clone(),
             idle_ms: ms(idle),
