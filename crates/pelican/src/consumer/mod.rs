@@ -198,20 +198,19 @@ where
         F: Fn(Req, Job) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Resp, HandlerError>> + Send + 'static,
     {
-        // The handlers run on `concurrency` long-lived tasks, each taking the next
-        // delivery when its handler is done, not on a task per delivery: spawning one
-        // (an allocation tokio aligns to 128 bytes, which the system allocator serves
-        // slowly, and the task set's bookkeeping) was 13 % of a worker's instructions per
-        // request. A handler's outcome goes to the writer without waiting for the write
-        // (the delivery's prefetch slot goes with it), so a task is free again as soon
-        // as its handler returns.
+        // The handlers run on `concurrency` long-lived tasks, not on a task per delivery
+        // (spawning one, an allocation tokio aligns to 128 bytes that the system
+        // allocator serves slowly, and the task set's bookkeeping, was 13 % of a worker's
+        // instructions per request). A task says when it is free (its number on `free`)
+        // and takes its next delivery from a channel of its own: a delivery is taken only
+        // for a free task, as before for a free handler slot, and the deliveries at hand
+        // go to as many tasks at once, which all run before the writer takes their
+        // outcomes (one call for all, not one each). A task hands its outcome to the
+        // writer without waiting for the write (the delivery's prefetch slot goes with
+        // it), so it is free again as soon as its handler returns. Aborting the tasks
+        // (shutdown timeout) drops their handlers and deliveries: released.
         let handler = Arc::new(handler);
         let n = concurrency.max(1);
-        // Each handler task says when it is free (its number on `free`) and takes its
-        // next delivery from a channel of its own. A delivery is taken only for a free
-        // handler, as before for a free handler slot; and the deliveries at hand go to
-        // as many handlers at once (they all run before the writer takes their outcomes:
-        // one call for all, not one each).
         let (free_tx, mut free) = mpsc::unbounded_channel::<usize>();
         let queue = self.inner.shared.queue.name.clone();
         let mut running = tokio::task::JoinSet::new();
