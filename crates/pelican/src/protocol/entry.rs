@@ -149,7 +149,9 @@ pub(crate) fn into_entries(v: Value) -> Vec<RawEntry> {
 }
 
 /// Parses an XREAD/XREADGROUP reply for one stream (nil when the block timed out), taking
-/// it: the hot path (every delivery, every outcome) moves the bytes instead of copying.
+/// it. For the scripts' tests: the library's stream reads go through
+/// `conn::wire::read_streams` (lean connections) or [`read_into_streams`].
+#[cfg(test)]
 pub(crate) fn read_into_entries(v: Value) -> Vec<RawEntry> {
     match v {
         Value::Nil => Vec::new(),

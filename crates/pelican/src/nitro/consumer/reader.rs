@@ -126,12 +126,12 @@ pub(super) async fn run<Req>(
             .arg(">");
         // Not cancelled by a stop: a read cut short could leave entries delivered to
         // this consumer unseen. A stop waits for it (at most `block`).
-        let read = conn.as_mut().expect("connected").query(&cmd).await;
+        let read = conn.as_mut().expect("connected").query_streams(&cmd).await;
         match read {
-            Ok(v) => {
+            Ok(streams) => {
                 backoff.reset();
                 had_group = true;
-                let entries = entry::read_into_entries(v);
+                let entries: Vec<RawEntry> = streams.into_iter().flat_map(|(_, e)| e).collect();
                 if entries.is_empty() && cfg.reclaim {
                     // Idle: look for handed-back work now, not at the next interval.
                     next_reclaim = Instant::now();
