@@ -13,13 +13,14 @@
 //! then at an unknown point, and the next reply read could be the rest of an old one.
 //! Every later call fails at once with a dropped-connection error, so callers reconnect.
 
-use crate::protocol::entry::RawEntry;
-use bytes::{Bytes, BytesMut};
 use redis::{ConnectionAddr, ConnectionInfo, RedisResult, Value};
 use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
+
+mod streams;
+pub(crate) use streams::Streams;
 
 /// Longest bulk string a reply may claim: Redis' own `proto-max-bulk-len` default, so
 /// no value Redis stores can exceed it.
@@ -150,33 +151,13 @@ impl LeanConn {
     }
 
     /// Sends a stream read (`XREADGROUP`, `XREAD`) and reads its reply straight into
-    /// entries ([`read_streams`]). Errors as for [`LeanConn::query`].
+    /// entries ([`streams::read_streams`]). Errors as for [`LeanConn::query`].
     pub(crate) async fn query_streams(&mut self, cmd: &redis::Cmd) -> RedisResult<Streams> {
-        if self.poisoned {
-            return Err(poisoned_error());
-        }
-        self.poisoned = true;
         let packed = cmd.get_packed_command();
-        let io = async {
-            write_all_vectored(&mut self.w, &[&packed])
-                .await
-                .map_err(io_error)?;
-            read_streams(&mut self.r, &mut self.line).await
-        };
-        let r = match tokio::time::timeout(self.timeout, io).await {
-            Ok(r) => r,
-            Err(_) => {
-                return Err(io_error(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "no reply from Redis in time",
-                )))
-            }
-        };
-        // A server error reply was read whole: the connection is where it should be.
-        if r.is_ok() || matches!(&r, Err(e) if e.code().is_some()) {
-            self.poisoned = false;
-        }
-        r
+        self.exchange(&[&packed], async |r, line| {
+            streams::read_streams(r, line).await
+        })
+        .await?
     }
 }
 
@@ -195,21 +176,33 @@ impl LeanConn {
         parts: &[&[u8]],
         replies: usize,
     ) -> RedisResult<Vec<Value>> {
+        self.exchange(parts, async |r, line| {
+            let mut out = Vec::with_capacity(replies);
+            for _ in 0..replies {
+                out.push(read_reply(r, line).await?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    /// Sends `parts` in one write and reads with `read`, within the timeout. Only an `Ok`
+    /// from `read` leaves the connection usable: an error, a timeout or this future being
+    /// dropped leave the stream at an unknown point, and every later call fails at once.
+    async fn exchange<T>(
+        &mut self,
+        parts: &[&[u8]],
+        read: impl AsyncFnOnce(&mut BufReader<OwnedReadHalf>, &mut Vec<u8>) -> RedisResult<T>,
+    ) -> RedisResult<T> {
         if self.poisoned {
             return Err(poisoned_error());
         }
-        // Cleared only once every reply is in: an error, a timeout or this future being
-        // dropped leave the stream at an unknown point.
         self.poisoned = true;
         let io = async {
             write_all_vectored(&mut self.w, parts)
                 .await
                 .map_err(io_error)?;
-            let mut out = Vec::with_capacity(replies);
-            for _ in 0..replies {
-                out.push(read_reply(&mut self.r, &mut self.line).await?);
-            }
-            Ok::<_, redis::RedisError>(out)
+            read(&mut self.r, &mut self.line).await
         };
         let out = match tokio::time::timeout(self.timeout, io).await {
             Ok(r) => r?,
@@ -296,143 +289,6 @@ where
             }
         }
     }
-}
-
-/// A stream read's reply: each stream's name with its entries (empty for a nil reply,
-/// a block that timed out).
-pub(crate) type Streams = Vec<(Bytes, Vec<RawEntry>)>;
-
-/// Bulk strings shorter than this are read into a reply's shared buffers; longer ones
-/// get a buffer of their own (read around the reader's, see [`read_bulk`]).
-const SHARED_BULK_MAX: usize = 4096;
-/// A reply's shared buffers are allocated this large (or as large as one bulk string).
-const SHARED_CHUNK: usize = 16 * 1024;
-
-/// Reads a stream read's reply (RESP2: nil, or `[[name, [[id, [field, value, ...] or
-/// nil], ...]], ...]`) straight into entries, where [`read_reply`] and the conversion
-/// after it made a `Vec` for every name, value and array: the small names and values of
-/// a reply are copied into a few shared buffers and handed out as `Bytes` of them. A
-/// server error reply is an `Err` with its code; a reply of another shape is a protocol
-/// error.
-pub(crate) async fn read_streams<R>(
-    r: &mut BufReader<R>,
-    line: &mut Vec<u8>,
-) -> RedisResult<Streams>
-where
-    R: AsyncRead + Unpin,
-{
-    let mut shared = BytesMut::new();
-    // Only the whole reply may be a server error (the connection is then where it
-    // should be); one inside it is a protocol error.
-    let n = match read_item(r, line).await? {
-        Item::Array(n) => n,
-        Item::Value(Value::Nil) => return Ok(Vec::new()),
-        Item::Value(Value::Array(a)) if a.is_empty() => return Ok(Vec::new()),
-        Item::Value(v @ Value::ServerError(_)) => return into_result(v).map(|_| Vec::new()),
-        Item::Value(_) => return Err(protocol_error("a stream read's reply that is not one")),
-    };
-    let mut streams = Vec::with_capacity(n.min(ARRAY_RESERVE));
-    for _ in 0..n {
-        expect_pair(r, line).await?;
-        let name = read_bulk_shared(r, line, &mut shared).await?;
-        let count = read_array_header(r, line).await?.unwrap_or(0);
-        let mut entries = Vec::with_capacity(count.min(ARRAY_RESERVE));
-        for _ in 0..count {
-            expect_pair(r, line).await?;
-            let id = read_bulk_shared(r, line, &mut shared).await?;
-            let id = std::str::from_utf8(&id)
-                .map_err(|_| protocol_error("an entry id that is not UTF-8"))?
-                .to_owned();
-            // nil: an entry deleted while pending (XREADGROUP of the history).
-            let flat = read_array_header(r, line).await?.unwrap_or(0);
-            if flat % 2 != 0 {
-                return Err(protocol_error("an entry with an odd number of fields"));
-            }
-            let mut fields = Vec::with_capacity((flat / 2).min(ARRAY_RESERVE));
-            for _ in 0..flat / 2 {
-                let k = read_bulk_shared(r, line, &mut shared).await?;
-                let v = read_bulk_shared(r, line, &mut shared).await?;
-                fields.push((k, v));
-            }
-            entries.push(RawEntry { id, fields });
-        }
-        streams.push((name, entries));
-    }
-    Ok(streams)
-}
-
-/// An array's header inside a stream read's reply: its length, `None` for nil.
-async fn read_array_header<R>(
-    r: &mut BufReader<R>,
-    line: &mut Vec<u8>,
-) -> RedisResult<Option<usize>>
-where
-    R: AsyncRead + Unpin,
-{
-    match read_item(r, line).await? {
-        Item::Array(n) => Ok(Some(n)),
-        Item::Value(Value::Nil) => Ok(None),
-        Item::Value(Value::Array(a)) if a.is_empty() => Ok(Some(0)),
-        Item::Value(_) => Err(protocol_error("not an array where a stream read has one")),
-    }
-}
-
-async fn expect_pair<R>(r: &mut BufReader<R>, line: &mut Vec<u8>) -> RedisResult<()>
-where
-    R: AsyncRead + Unpin,
-{
-    match read_array_header(r, line).await? {
-        Some(2) => Ok(()),
-        _ => Err(protocol_error("not a pair where a stream read has one")),
-    }
-}
-
-/// A bulk string: a short one copied into `shared` and split off it, a long one read
-/// into a buffer of its own.
-async fn read_bulk_shared<R>(
-    r: &mut BufReader<R>,
-    line: &mut Vec<u8>,
-    shared: &mut BytesMut,
-) -> RedisResult<Bytes>
-where
-    R: AsyncRead + Unpin,
-{
-    line.clear();
-    let n = r.read_until(b'\n', line).await.map_err(io_error)?;
-    if n < 3 || line[0] != b'$' || !line.ends_with(b"\r\n") {
-        return Err(if n == 0 || !line.ends_with(b"\n") {
-            io_error(std::io::ErrorKind::UnexpectedEof.into())
-        } else {
-            protocol_error("not a bulk string where a stream read has one")
-        });
-    }
-    let Some(len) = length(&line[1..line.len() - 2], MAX_BULK_LEN)? else {
-        return Err(protocol_error(
-            "a nil where a stream read has a bulk string",
-        ));
-    };
-    if len >= SHARED_BULK_MAX {
-        return Ok(Bytes::from(read_bulk(r, len).await?));
-    }
-    let want = len + 2;
-    if shared.capacity() - shared.len() < want {
-        *shared = BytesMut::with_capacity(SHARED_CHUNK.max(want));
-    }
-    while shared.len() < want {
-        let buffered = r.fill_buf().await.map_err(io_error)?;
-        if buffered.is_empty() {
-            return Err(io_error(std::io::ErrorKind::UnexpectedEof.into()));
-        }
-        let take = buffered.len().min(want - shared.len());
-        shared.extend_from_slice(&buffered[..take]);
-        r.consume(take);
-    }
-    if !shared.ends_with(b"\r\n") {
-        return Err(protocol_error("a bulk string without its CRLF"));
-    }
-    let mut b = shared.split();
-    b.truncate(len);
-    Ok(b.freeze())
 }
 
 /// One header line and what follows it.
