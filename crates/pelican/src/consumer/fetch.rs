@@ -15,7 +15,7 @@ use crate::clock::ms;
 use crate::conn::OwnConn;
 use crate::protocol::entry::{self, RawEntry};
 use futures_util::future::try_join_all;
-use redis::{Cmd, RedisResult, Value};
+use redis::{Cmd, RedisResult};
 use std::time::Duration;
 
 /// The reader's fetcher: the extra connections it splits fetches over (opened on first
@@ -59,12 +59,10 @@ impl Fetch {
             let cmds: Vec<Cmd> = split(count, parts)
                 .map(|(_, n)| read_command(inner, n, None))
                 .collect();
-            let conns = std::iter::once(&mut *conn).chain(self.extra.iter_mut());
-            let replies = try_join_all(conns.zip(&cmds).map(|(c, cmd)| c.query_streams(cmd))).await;
-            if replies.is_err() {
-                self.extra.clear();
-            }
-            entries.extend(replies?.into_iter().flatten().flat_map(|(_, e)| e));
+            let replies = self
+                .run(conn, &cmds, async |c, cmd| c.query_streams(cmd).await)
+                .await?;
+            entries.extend(replies.into_iter().flatten().flat_map(|(_, e)| e));
         }
         if parts == 1 || (entries.is_empty() && block.is_some()) {
             let reply = conn
@@ -102,7 +100,10 @@ impl Fetch {
             .iter()
             .map(|c| entry::mget_bodies(keys, entries, c))
             .collect();
-        for (chunk, reply) in chunks.iter().zip(self.run(conn, &cmds).await?) {
+        for (chunk, reply) in chunks.iter().zip(
+            self.run(conn, &cmds, async |c, cmd| c.query(cmd).await)
+                .await?,
+        ) {
             entry::attach_bodies(entries, chunk, reply);
         }
         let total: usize = at
@@ -132,11 +133,16 @@ impl Fetch {
         parts.min(self.extra.len() + 1)
     }
 
-    /// Runs `cmds` at once, the first on `conn`, the others on the extra connections
-    /// (`parts` opened enough), and returns their replies in order.
-    async fn run(&mut self, conn: &mut OwnConn, cmds: &[Cmd]) -> RedisResult<Vec<Value>> {
+    /// Runs `cmds` at once with `query`, the first on `conn`, the others on the extra
+    /// connections (`parts` opened enough), and returns their replies in order.
+    async fn run<T>(
+        &mut self,
+        conn: &mut OwnConn,
+        cmds: &[Cmd],
+        query: impl AsyncFn(&mut OwnConn, &Cmd) -> RedisResult<T>,
+    ) -> RedisResult<Vec<T>> {
         let conns = std::iter::once(conn).chain(self.extra.iter_mut());
-        let replies = try_join_all(conns.zip(cmds).map(|(c, cmd)| c.query(cmd))).await;
+        let replies = try_join_all(conns.zip(cmds).map(|(c, cmd)| query(c, cmd))).await;
         if replies.is_err() {
             self.extra.clear();
         }
