@@ -196,44 +196,42 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
 async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     let sh = &inner.shared;
     let now = now_ms().to_string();
-    {
-        // On a lean connection (see `stored.rs`): large bodies written in place, small
-        // ones with the rest of the batch in one buffer; the replies read by the lean
-        // reader. The client library's pipeline below (kept for TLS and Unix sockets)
-        // built each command by growing it argument by argument, copied them all into
-        // the pipeline and parsed the replies with its general parser: about a third of
-        // the producer's instructions per request without dedup.
-        let deadlines: Vec<String> = jobs.iter().map(|j| j.deadline_ms.to_string()).collect();
-        let xadds: Vec<Framed<'_>> = jobs
-            .iter()
-            .zip(&deadlines)
-            .map(|(j, deadline)| {
-                let mut before: Vec<&[u8]> = Vec::with_capacity(16);
-                before.extend_from_slice(&[
-                    b"XADD",
-                    sh.keys.stream.as_bytes(),
-                    b"*",
-                    b"rid",
-                    j.rid.as_bytes(),
-                    b"from",
-                    inner.id.as_bytes(),
-                    b"deadline",
-                    deadline.as_bytes(),
-                    b"at",
-                    now.as_bytes(),
-                    b"index",
-                    b"0",
-                ]);
-                if let Some(tp) = &j.tp {
-                    before.extend([crate::trace::FIELD.as_bytes(), tp.as_bytes()]);
-                }
-                before.push(b"body");
-                Framed::new(&before, &j.body, &[])
-            })
-            .collect();
-        if let Some(ids) = xadd_lean(inner, jobs, &xadds).await {
-            return ids;
-        }
+    // On a lean connection (see `stored.rs`): large bodies written in place, small
+    // ones with the rest of the batch in one buffer; the replies read by the lean
+    // reader. The client library's pipeline below (kept for TLS and Unix sockets)
+    // built each command by growing it argument by argument, copied them all into
+    // the pipeline and parsed the replies with its general parser: 18 % of the
+    // producer's instructions per request without dedup (64-byte bodies).
+    let deadlines: Vec<String> = jobs.iter().map(|j| j.deadline_ms.to_string()).collect();
+    let xadds: Vec<Framed<'_>> = jobs
+        .iter()
+        .zip(&deadlines)
+        .map(|(j, deadline)| {
+            let mut before: Vec<&[u8]> = Vec::with_capacity(16);
+            before.extend_from_slice(&[
+                b"XADD",
+                sh.keys.stream.as_bytes(),
+                b"*",
+                b"rid",
+                j.rid.as_bytes(),
+                b"from",
+                inner.id.as_bytes(),
+                b"deadline",
+                deadline.as_bytes(),
+                b"at",
+                now.as_bytes(),
+                b"index",
+                b"0",
+            ]);
+            if let Some(tp) = &j.tp {
+                before.extend([crate::trace::FIELD.as_bytes(), tp.as_bytes()]);
+            }
+            before.push(b"body");
+            Framed::new(&before, &j.body, &[])
+        })
+        .collect();
+    if let Some(ids) = xadd_lean(inner, jobs, &xadds).await {
+        return ids;
     }
     let mut pipe = redis::pipe();
     for j in jobs {
