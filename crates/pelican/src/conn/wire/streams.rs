@@ -3,7 +3,7 @@
 
 use super::{
     into_result, io_error, length, protocol_error, read_bulk, read_item, Item, ARRAY_RESERVE,
-    MAX_BULK_LEN,
+    MAX_ARRAY_LEN, MAX_BULK_LEN,
 };
 use crate::protocol::entry::RawEntry;
 use bytes::{Bytes, BytesMut};
@@ -81,6 +81,12 @@ async fn read_array_header<R>(
 where
     R: AsyncRead + Unpin,
 {
+    if let Some((b'*', digits, used)) = buffered_header(r.buffer()) {
+        if let Ok(n) = length(digits, MAX_ARRAY_LEN) {
+            r.consume(used);
+            return Ok(n);
+        }
+    }
     match read_item(r, line).await? {
         Item::Array(n) => Ok(Some(n)),
         Item::Value(Value::Nil) => Ok(None),
@@ -109,6 +115,10 @@ async fn read_bulk_shared<R>(
 where
     R: AsyncRead + Unpin,
 {
+    if let Some(b) = buffered_bulk(r.buffer(), shared) {
+        r.consume(b.1);
+        return Ok(b.0);
+    }
     line.clear();
     let n = r.read_until(b'\n', line).await.map_err(io_error)?;
     if n < 3 || line[0] != b'$' || !line.ends_with(b"\r\n") {
@@ -127,9 +137,7 @@ where
         return Ok(Bytes::from(read_bulk(r, len).await?));
     }
     let want = len + 2;
-    if shared.capacity() - shared.len() < want {
-        *shared = BytesMut::with_capacity(SHARED_CHUNK.max(want));
-    }
+    make_room(shared, want);
     while shared.len() < want {
         let buffered = r.fill_buf().await.map_err(io_error)?;
         if buffered.is_empty() {
@@ -145,4 +153,46 @@ where
     let mut b = shared.split();
     b.truncate(len);
     Ok(b.freeze())
+}
+
+/// Room for `want` more bytes in `shared`: a new chunk when the current one is full.
+fn make_room(shared: &mut BytesMut, want: usize) {
+    if shared.capacity() - shared.len() < want {
+        *shared = BytesMut::with_capacity(SHARED_CHUNK.max(want));
+    }
+}
+
+/// The longest header line a reply within the limits has: a kind byte, a length of at
+/// most ten digits (or `-1`), CRLF.
+const HEADER_MAX: usize = 16;
+
+/// The header line at the start of `buf` when the reader's buffer holds all of it: its
+/// kind byte, the digits, and the bytes it takes with its CRLF. `None` sends the caller
+/// the slow way ([`read_item`], `read_until`), which reads what is missing and reports
+/// what is wrong: the fast way only takes what it can check in place.
+fn buffered_header(buf: &[u8]) -> Option<(u8, &[u8], usize)> {
+    let nl = buf.iter().take(HEADER_MAX).position(|&b| b == b'\n')?;
+    if nl < 3 || buf[nl - 1] != b'\r' {
+        return None;
+    }
+    Some((buf[0], &buf[1..nl - 1], nl + 1))
+}
+
+/// A short bulk string read from the reader's buffer when all of it is there (header,
+/// value, CRLF): the value copied into `shared` and split off it, and the bytes it took.
+/// The common case of a stream read: one `read` brings many entries. `None`: read it the
+/// slow way.
+fn buffered_bulk(buf: &[u8], shared: &mut BytesMut) -> Option<(Bytes, usize)> {
+    let (kind, digits, head) = buffered_header(buf)?;
+    if kind != b'$' {
+        return None;
+    }
+    let len = length(digits, MAX_BULK_LEN).ok()??;
+    let end = head + len;
+    if len >= SHARED_BULK_MAX || buf.get(end..end + 2)? != b"\r\n" {
+        return None;
+    }
+    make_room(shared, len);
+    shared.extend_from_slice(&buf[head..end]);
+    Some((shared.split().freeze(), end + 2))
 }
