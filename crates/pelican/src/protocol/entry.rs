@@ -192,6 +192,21 @@ pub(crate) fn read_into_streams(v: Value) -> Vec<(Vec<u8>, Vec<RawEntry>)> {
     }
 }
 
+/// A whole number written in decimal digits (nothing else: no sign, no spaces), as the
+/// entries' times are; `None` for anything else or a number past `u64`.
+fn digits(v: &[u8]) -> Option<u64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &b| {
+        let d = b.wrapping_sub(b'0');
+        if d > 9 {
+            return None;
+        }
+        n.checked_mul(10)?.checked_add(u64::from(d))
+    })
+}
+
 /// The largest body (in bytes) of an entry that, once finished, may be left in the stream
 /// for `complete.lua`'s trim instead of being deleted on its own.
 pub(crate) const SMALL_ENTRY_BODY: usize = 1024;
@@ -230,13 +245,10 @@ impl Request {
         let from: Arc<str> = e.get_str("from").unwrap_or("").into();
         let indexed = e.get("index") == Some(b"1");
         let deadline_ms = e
-            .get_str("deadline")
-            .and_then(|d| d.parse::<u64>().ok())
+            .get("deadline")
+            .and_then(digits)
             .ok_or("entry has no valid 'deadline' field (milliseconds since the epoch)")?;
-        let submitted_ms = e
-            .get_str("at")
-            .and_then(|d| d.parse::<u64>().ok())
-            .unwrap_or(0);
+        let submitted_ms = e.get("at").and_then(digits).unwrap_or(0);
         let stored_body = e.get("bref") == Some(b"1");
         let body_len = e.get("body").map(<[u8]>::len);
         match body_len {
@@ -357,5 +369,25 @@ mod tests {
             assert_eq!(got[1].1[0].id, "2-0");
         }
         assert!(read_into_streams(Value::Nil).is_empty());
+    }
+
+    /// Times in entries are plain decimal digits: anything else is not a time.
+    #[test]
+    fn an_entry_time_is_digits_only() {
+        assert_eq!(digits(b"0"), Some(0));
+        assert_eq!(digits(b"1796207331130"), Some(1_796_207_331_130));
+        assert_eq!(digits(b"18446744073709551615"), Some(u64::MAX));
+        for bad in [
+            &b""[..],
+            b"18446744073709551616",
+            b"+5",
+            b"-1",
+            b" 5",
+            b"5 ",
+            b"1.5",
+            b"x",
+        ] {
+            assert_eq!(digits(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
     }
 }
