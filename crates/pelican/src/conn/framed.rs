@@ -4,6 +4,7 @@
 //! every byte into a command, a pipeline and a frame: three copies of each body, the
 //! largest cost of a 100 KB submission.
 
+use super::command::{arg, header};
 use std::borrow::Cow;
 
 /// A command whose one large argument is written in place: the RESP bytes before it
@@ -12,31 +13,6 @@ pub(crate) struct Framed<'a> {
     head: Vec<u8>,
     value: &'a [u8],
     tail: Cow<'static, [u8]>,
-}
-
-/// Appends the RESP header `<kind><n>\r\n` (an array's or a bulk string's). By hand:
-/// through `write!` the headers were a fifth of a producer's instructions per request.
-fn header(out: &mut Vec<u8>, kind: u8, mut n: usize) {
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    out.push(kind);
-    out.extend_from_slice(&digits[at..]);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// Appends one bulk string argument.
-fn arg(out: &mut Vec<u8>, a: &[u8]) {
-    header(out, b'$', a.len());
-    out.extend_from_slice(a);
-    out.extend_from_slice(b"\r\n");
 }
 
 /// Bytes of `args` as bulk strings (at most: headers counted at their widest).
@@ -64,6 +40,17 @@ impl<'a> Framed<'a> {
             Cow::Owned(tail)
         };
         Framed { head, value, tail }
+    }
+
+    /// A command whose last argument is `value`, the ones before it written already, in
+    /// `head` (the array's header first, counting `value`).
+    pub(crate) fn ending_with(mut head: Vec<u8>, value: &'a [u8]) -> Framed<'a> {
+        header(&mut head, b'$', value.len());
+        Framed {
+            head,
+            value,
+            tail: Cow::Borrowed(&b"\r\n"[..]),
+        }
     }
 
     /// Its three pieces, in order, for one write.
@@ -185,6 +172,19 @@ mod tests {
             .arg("")
             .get_packed_command();
         assert_eq!(joined(&last), theirs);
+        for value in [&b""[..], b"v", &long] {
+            let mut head = Vec::new();
+            header(&mut head, b'*', 4);
+            for a in [&b"XADD"[..], b"s", b"*"] {
+                arg(&mut head, a);
+            }
+            let theirs = redis::cmd("XADD")
+                .arg("s")
+                .arg("*")
+                .arg(value)
+                .get_packed_command();
+            assert_eq!(joined(&Framed::ending_with(head, value)), theirs);
+        }
     }
 
     #[test]

@@ -25,6 +25,7 @@ pub(crate) fn split_parts(items: usize, bytes: usize) -> usize {
 }
 
 pub(crate) mod cluster;
+pub(crate) mod command;
 pub(crate) mod framed;
 pub(crate) mod retry;
 pub(crate) mod wire;

@@ -2,17 +2,20 @@
 //! connection, a task's own, after other commands in one write, or by hand).
 
 use super::unexpected;
+use crate::conn::command::Command;
 use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::wire::into_result;
-use crate::conn::{evalsha, OwnConn};
+use crate::conn::OwnConn;
 use redis::{Cmd, RedisResult, Script, ToRedisArgs, Value};
 
 /// One script call, built once: `EVALSHA` with its keys and arguments, and how its reply
-/// is read. A retry sends the same command again.
+/// is read. A retry sends the same command again. Encoded as it is built ([`Command`]):
+/// on a lean connection those bytes are what is sent; the client library's connections
+/// get its own command, made from them.
 #[must_use]
 pub(crate) struct ScriptCall<'s, R> {
     script: &'s Script,
-    cmd: Cmd,
+    cmd: Command,
     reply: fn(Value) -> RedisResult<R>,
 }
 
@@ -22,11 +25,9 @@ impl<'s, R> ScriptCall<'s, R> {
         keys: &[&str],
         reply: fn(Value) -> RedisResult<R>,
     ) -> Self {
-        ScriptCall {
-            script,
-            cmd: evalsha(script, keys),
-            reply,
-        }
+        let mut cmd = Command::new(&[b"EVALSHA", script.get_hash().as_bytes()]);
+        cmd.arg(keys.len()).arg(keys);
+        ScriptCall { script, cmd, reply }
     }
 
     pub(super) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
@@ -41,10 +42,11 @@ impl<'s, R> ScriptCall<'s, R> {
         &self,
         conn: &mut (impl redis::aio::ConnectionLike + Send),
     ) -> RedisResult<R> {
-        let v = match self.cmd.query_async(conn).await {
+        let cmd = self.cmd.to_cmd();
+        let v = match cmd.query_async(conn).await {
             Err(e) if e.code() == Some("NOSCRIPT") => {
                 self.script.load_async(conn).await?;
-                self.cmd.query_async(conn).await?
+                cmd.query_async(conn).await?
             }
             r => r?,
         };
@@ -53,7 +55,7 @@ impl<'s, R> ScriptCall<'s, R> {
 
     /// The command as sent (RESP), for a write assembled by hand.
     pub(crate) fn packed(&self) -> Vec<u8> {
-        self.cmd.get_packed_command()
+        self.cmd.packed()
     }
 
     /// Loads its script (after a NOSCRIPT reply).
@@ -73,7 +75,7 @@ impl<'s, R> ScriptCall<'s, R> {
         for c in before {
             p.add_command(c);
         }
-        p.add_command(self.cmd.clone());
+        p.add_command(self.cmd.to_cmd());
         p
     }
 
@@ -159,7 +161,10 @@ impl<'s, R> ScriptCall<'s, R> {
         conn: &mut OwnConn,
         loader: &mut crate::conn::Conn,
     ) -> RedisResult<R> {
-        let v = conn.eval(loader, self.script, &self.cmd).await?;
+        if let OwnConn::Lean(_) = conn {
+            return self.invoke_after_on(conn, loader, &[]).await;
+        }
+        let v = conn.eval(loader, self.script, &self.cmd.to_cmd()).await?;
         (self.reply)(v)
     }
 }
