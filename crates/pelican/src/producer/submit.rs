@@ -6,6 +6,7 @@ use super::pending::{Inner, SubmitJob, Submitted};
 use super::stored::{is_elsewhere, submit_with_bodies, xadd_with_bodies};
 use crate::clock::{ms, now_ms};
 use crate::conn::cluster::{is_slot_elsewhere, slot_moved_error};
+use crate::conn::command;
 use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::retry::{retry_idempotent, Backoff};
 use crate::conn::wire::into_result;
@@ -202,34 +203,8 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     // built each command by growing it argument by argument, copied them all into
     // the pipeline and parsed the replies with its general parser: 18 % of the
     // producer's instructions per request without dedup (64-byte bodies).
-    let deadlines: Vec<String> = jobs.iter().map(|j| j.deadline_ms.to_string()).collect();
-    let xadds: Vec<Framed<'_>> = jobs
-        .iter()
-        .zip(&deadlines)
-        .map(|(j, deadline)| {
-            let mut before: Vec<&[u8]> = Vec::with_capacity(16);
-            before.extend_from_slice(&[
-                b"XADD",
-                sh.keys.stream.as_bytes(),
-                b"*",
-                b"rid",
-                j.rid.as_bytes(),
-                b"from",
-                inner.id.as_bytes(),
-                b"deadline",
-                deadline.as_bytes(),
-                b"at",
-                now.as_bytes(),
-                b"index",
-                b"0",
-            ]);
-            if let Some(tp) = &j.tp {
-                before.extend([crate::trace::FIELD.as_bytes(), tp.as_bytes()]);
-            }
-            before.push(b"body");
-            Framed::new(&before, &j.body, &[])
-        })
-        .collect();
+    let xadd = XaddTemplate::new(&sh.keys.stream, &inner.id, &now);
+    let xadds: Vec<Framed<'_>> = jobs.iter().map(|j| xadd.frame(j)).collect();
     if let Some(ids) = xadd_lean(inner, jobs, &xadds).await {
         return ids;
     }
@@ -258,6 +233,60 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
         .await
         .map_err(|e| Error::redis("submitting requests", e))?;
     Ok(ids.into_iter().map(SubmitAnswer::Queued).collect())
+}
+
+/// The XADD of a request without dedup, most of it the same for every request of a
+/// batch: those arguments are encoded once, in three runs around the request's own.
+struct XaddTemplate {
+    /// `XADD <stream> * rid`
+    lead: Vec<u8>,
+    /// `from <producer> deadline`
+    from: Vec<u8>,
+    /// `at <now> index 0`
+    at: Vec<u8>,
+}
+
+impl XaddTemplate {
+    fn new(stream: &str, producer: &str, now: &str) -> XaddTemplate {
+        let run = |args: &[&[u8]]| {
+            let mut out = Vec::new();
+            for a in args {
+                command::arg(&mut out, a);
+            }
+            out
+        };
+        XaddTemplate {
+            lead: run(&[b"XADD", stream.as_bytes(), b"*", b"rid"]),
+            from: run(&[b"from", producer.as_bytes(), b"deadline"]),
+            at: run(&[b"at", now.as_bytes(), b"index", b"0"]),
+        }
+    }
+
+    /// The XADD of `j`: `XADD <stream> * rid <rid> from <producer> deadline <deadline>
+    /// at <now> index 0 [tp <trace context>] body <body>`.
+    fn frame<'j>(&self, j: &'j SubmitJob) -> Framed<'j> {
+        let tp = j.tp.as_deref();
+        let mut head = Vec::with_capacity(
+            self.lead.len()
+                + self.from.len()
+                + self.at.len()
+                + j.rid.len()
+                + 96
+                + tp.map_or(0, |tp| tp.len() + 16),
+        );
+        command::header(&mut head, b'*', 15 + if tp.is_some() { 2 } else { 0 });
+        head.extend_from_slice(&self.lead);
+        command::arg(&mut head, j.rid.as_bytes());
+        head.extend_from_slice(&self.from);
+        command::number_arg(&mut head, j.deadline_ms);
+        head.extend_from_slice(&self.at);
+        if let Some(tp) = tp {
+            command::arg(&mut head, crate::trace::FIELD.as_bytes());
+            command::arg(&mut head, tp.as_bytes());
+        }
+        command::arg(&mut head, b"body");
+        Framed::ending_with(head, &j.body)
+    }
 }
 
 /// Sends `xadds` (one per job) on a lean connection; `None` when the queue's connections
@@ -387,6 +416,55 @@ fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
                 if let Some(ack) = job.ack.take() {
                     let _ = ack.send(Err(e.clone()));
                 }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The XADD of a request without dedup, from the template, is the client library's
+    /// command of the same arguments (the fallback's, for connections that are not lean).
+    #[test]
+    fn an_xadd_from_the_template_is_the_client_library_command() {
+        let xadd = XaddTemplate::new("P:{q}:stream", "p1", "1796207331130");
+        for tp in [
+            None,
+            Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+        ] {
+            for body in [Vec::new(), b"{\"i\":1}".to_vec(), vec![7u8; 100_000]] {
+                let job = SubmitJob {
+                    rid: "r-1".into(),
+                    body: Arc::new(body),
+                    deadline_ms: 1_796_207_341_130,
+                    indexed: false,
+                    tp: tp.map(str::to_owned),
+                    ack: None,
+                };
+                let mut theirs = redis::cmd("XADD");
+                theirs
+                    .arg("P:{q}:stream")
+                    .arg("*")
+                    .arg("rid")
+                    .arg("r-1")
+                    .arg("from")
+                    .arg("p1")
+                    .arg("deadline")
+                    .arg(1_796_207_341_130u64)
+                    .arg("at")
+                    .arg("1796207331130")
+                    .arg("index")
+                    .arg("0");
+                if let Some(tp) = tp {
+                    theirs.arg(crate::trace::FIELD).arg(tp);
+                }
+                theirs.arg("body").arg(job.body.as_slice());
+                assert_eq!(
+                    xadd.frame(&job).parts().concat(),
+                    theirs.get_packed_command()
+                );
             }
         }
     }
