@@ -104,6 +104,47 @@ async fn settled(cluster: &RedisCluster, queue: &str) {
     .await;
 }
 
+/// Waits (30 s deadline) until no partition holds a stored answer, the producer still
+/// running. Without dedup the producer deletes each stored answer it reads; a DEL refused
+/// because its slot was moving is sent again after a backoff (`Undeleted`, in the
+/// producer's `answers.rs`), which may come after the load has ended.
+async fn read_answers_deleted(cluster: &RedisCluster, queue: &str) {
+    eventually(
+        Duration::from_secs(30),
+        "the stored answers read to be deleted",
+        || async {
+            for p in 0..PARTITIONS {
+                let names = Keys::partition(PREFIX, queue, p, PARTITIONS);
+                let node = &cluster.nodes()[cluster.master_of(names.stream())];
+                let mut c = raw_conn(&node.url())
+                    .await
+                    .expect("a connection to a master");
+                let mut cursor = 0u64;
+                loop {
+                    let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                        .arg(cursor)
+                        .arg("MATCH")
+                        .arg(names.body("a*"))
+                        .arg("COUNT")
+                        .arg(1000)
+                        .query_async(&mut c)
+                        .await
+                        .expect("SCAN");
+                    if !found.is_empty() {
+                        return false;
+                    }
+                    if next == 0 {
+                        break;
+                    }
+                    cursor = next;
+                }
+            }
+            true
+        },
+    )
+    .await;
+}
+
 /// The memory check of a partitioned queue: every partition's keys on the master that
 /// serves them now, and the queue's own tag (only the record of its partition count).
 async fn cluster_leftovers(cluster: &RedisCluster, queue: &str) -> Leftovers {
@@ -156,6 +197,7 @@ async fn masters_killed_under_load_lose_nothing() {
 struct Run {
     name: &'static str,
     long: bool,
+    dedup: bool,
     queue: String,
     /// Taken by the faults (they run on blocking threads) and given back.
     cluster: Option<RedisCluster>,
@@ -196,6 +238,7 @@ impl Run {
         Run {
             name,
             long: soak(),
+            dedup,
             queue,
             cluster: Some(cluster),
             fleet,
@@ -250,6 +293,9 @@ impl Run {
         let cluster = self.cluster.take().expect("the cluster");
         let settling = Instant::now();
         settled(&cluster, &self.queue).await;
+        if !self.dedup {
+            read_answers_deleted(&cluster, &self.queue).await;
+        }
         let settle_s = settling.elapsed().as_secs_f64();
         self.fleet.stop().await;
         self.producer.shutdown().await.expect("producer shutdown");
