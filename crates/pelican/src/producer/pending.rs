@@ -217,12 +217,14 @@ impl Inner {
         let Ok(rid) = std::str::from_utf8(rid) else {
             return;
         };
-        if !self.state.lock().unwrap().pending.contains_key(rid) {
-            return;
-        }
+        // Decoded before looking the request up: `resolve` looks it up once, where
+        // checking first took the lock and hashed the id twice per reply.
         match Outcome::decode(out) {
             Some(o) => self.resolve(rid, Ok(o)),
-            None => tracing::warn!(rid, "ignoring a malformed reply"),
+            None if self.state.lock().unwrap().pending.contains_key(rid) => {
+                tracing::warn!(rid, "ignoring a malformed reply")
+            }
+            None => {}
         }
     }
 
