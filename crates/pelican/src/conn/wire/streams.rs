@@ -81,10 +81,10 @@ async fn read_array_header<R>(
 where
     R: AsyncRead + Unpin,
 {
-    if let Some((b'*', digits, used)) = buffered_header(r.buffer()) {
-        if let Ok(n) = length(digits, MAX_ARRAY_LEN) {
+    if let Some((b'*', n, used)) = buffered_header(r.buffer()) {
+        if n <= MAX_ARRAY_LEN {
             r.consume(used);
-            return Ok(n);
+            return Ok(Some(n));
         }
     }
     match read_item(r, line).await? {
@@ -162,20 +162,28 @@ fn make_room(shared: &mut BytesMut, want: usize) {
     }
 }
 
-/// The longest header line a reply within the limits has: a kind byte, a length of at
-/// most ten digits (or `-1`), CRLF.
-const HEADER_MAX: usize = 16;
+/// Most digits a header's length has on the fast way (above [`MAX_BULK_LEN`]'s nine, a
+/// header goes the slow way, which refuses it).
+const HEADER_DIGITS: usize = 9;
 
-/// The header line at the start of `buf` when the reader's buffer holds all of it: its
-/// kind byte, the digits, and the bytes it takes with its CRLF. `None` sends the caller
-/// the slow way ([`read_item`], `read_until`), which reads what is missing and reports
-/// what is wrong: the fast way only takes what it can check in place.
-fn buffered_header(buf: &[u8]) -> Option<(u8, &[u8], usize)> {
-    let nl = buf.iter().take(HEADER_MAX).position(|&b| b == b'\n')?;
-    if nl < 3 || buf[nl - 1] != b'\r' {
-        return None;
+/// The header line at the start of `buf` when the reader's buffer holds all of it and it
+/// gives a plain length (digits only: not nil's `-1`): its kind byte, the length, and the
+/// bytes the line takes with its CRLF. `None` sends the caller the slow way
+/// ([`read_item`], `read_until`), which reads what is missing and reports what is wrong:
+/// the fast way only takes what it can check in place.
+pub(super) fn buffered_header(buf: &[u8]) -> Option<(u8, usize, usize)> {
+    let (&kind, rest) = buf.split_first()?;
+    let mut n = 0usize;
+    for (i, &b) in rest.iter().enumerate().take(HEADER_DIGITS + 1) {
+        match b {
+            b'0'..=b'9' => n = n * 10 + usize::from(b - b'0'),
+            b'\r' if i > 0 => {
+                return (rest.get(i + 1) == Some(&b'\n')).then_some((kind, n, i + 3));
+            }
+            _ => return None,
+        }
     }
-    Some((buf[0], &buf[1..nl - 1], nl + 1))
+    None
 }
 
 /// A short bulk string read from the reader's buffer when all of it is there (header,
@@ -183,11 +191,10 @@ fn buffered_header(buf: &[u8]) -> Option<(u8, &[u8], usize)> {
 /// The common case of a stream read: one `read` brings many entries. `None`: read it the
 /// slow way.
 fn buffered_bulk(buf: &[u8], shared: &mut BytesMut) -> Option<(Bytes, usize)> {
-    let (kind, digits, head) = buffered_header(buf)?;
+    let (kind, len, head) = buffered_header(buf)?;
     if kind != b'$' {
         return None;
     }
-    let len = length(digits, MAX_BULK_LEN).ok()??;
     let end = head + len;
     if len >= SHARED_BULK_MAX || buf.get(end..end + 2)? != b"\r\n" {
         return None;

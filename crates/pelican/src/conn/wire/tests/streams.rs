@@ -2,7 +2,7 @@
 //! server.
 
 use super::*;
-use crate::conn::wire::streams::{read_streams, SHARED_BULK_MAX};
+use crate::conn::wire::streams::{buffered_header, read_streams, SHARED_BULK_MAX};
 use bytes::Bytes;
 
 /// A stream read's reply as the tests build it: streams of entries, an entry's fields
@@ -214,4 +214,34 @@ async fn a_stream_read_on_a_real_server_reads_as_through_the_client_library() {
         c.query(&ping()).await.unwrap(),
         Value::SimpleString("PONG".into())
     );
+}
+
+/// The fast way takes a header only when it is whole and a plain length; anything else
+/// is left to the slow way.
+#[test]
+fn a_header_is_taken_in_place_only_when_whole_and_plain() {
+    assert_eq!(buffered_header(b"$5\r\nhello\r\n"), Some((b'$', 5, 4)));
+    assert_eq!(buffered_header(b"*0\r\n"), Some((b'*', 0, 4)));
+    assert_eq!(
+        buffered_header(b"$123456789\r\n"),
+        Some((b'$', 123_456_789, 12))
+    );
+    for not in [
+        &b""[..],
+        b"$",
+        b"$12",
+        b"$12\r",
+        b"$\r\n",
+        b"$-1\r\n",
+        b"$1x\r\n",
+        b"$5\rx",
+        b"$1234567890\r\n",
+    ] {
+        assert_eq!(
+            buffered_header(not),
+            None,
+            "{:?}",
+            String::from_utf8_lossy(not)
+        );
+    }
 }
