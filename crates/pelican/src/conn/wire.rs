@@ -303,6 +303,9 @@ async fn read_item<R>(r: &mut BufReader<R>, line: &mut Vec<u8>) -> RedisResult<I
 where
     R: AsyncRead + Unpin,
 {
+    if let Some(item) = buffered_item(r) {
+        return Ok(item);
+    }
     line.clear();
     let n = r.read_until(b'\n', line).await.map_err(io_error)?;
     if n < 3 || !line.ends_with(b"\r\n") {
@@ -338,6 +341,56 @@ where
         },
         _ => return Err(protocol_error("an unknown reply type")),
     }))
+}
+
+/// Most digits a header's length has on the fast way (above [`MAX_BULK_LEN`]'s nine, a
+/// header goes the slow way, which refuses it).
+const HEADER_DIGITS: usize = 9;
+
+/// The header line at the start of `buf` when the reader's buffer holds all of it and it
+/// gives a plain length (digits only: not nil's `-1`): its kind byte, the length, and the
+/// bytes the line takes with its CRLF. `None` sends the caller the slow way
+/// ([`read_item`], `read_until`), which reads what is missing and reports what is wrong:
+/// the fast way only takes what it can check in place.
+pub(super) fn buffered_header(buf: &[u8]) -> Option<(u8, usize, usize)> {
+    let (&kind, rest) = buf.split_first()?;
+    let mut n = 0usize;
+    for (i, &b) in rest.iter().enumerate().take(HEADER_DIGITS + 1) {
+        match b {
+            b'0'..=b'9' => n = n * 10 + usize::from(b - b'0'),
+            b'\r' if i > 0 => {
+                return (rest.get(i + 1) == Some(&b'\n')).then_some((kind, n, i + 3));
+            }
+            _ => return None,
+        }
+    }
+    None
+}
+
+/// [`read_item`]'s fast way: an item the reader's buffer holds whole (an array's header,
+/// a non-negative integer, a bulk string with its value), read from there. `None`: the
+/// slow way (anything else, and whatever is wrong).
+fn buffered_item<R: AsyncRead + Unpin>(r: &mut BufReader<R>) -> Option<Item> {
+    let buf = r.buffer();
+    let (kind, n, head) = buffered_header(buf)?;
+    let (item, used) = match kind {
+        b':' => (Item::Value(Value::Int(n as i64)), head),
+        b'*' if n == 0 => (Item::Value(Value::Array(Vec::new())), head),
+        b'*' if n <= MAX_ARRAY_LEN => (Item::Array(n), head),
+        b'$' => {
+            let end = head + n;
+            if buf.get(end..end + 2)? != b"\r\n" {
+                return None;
+            }
+            (
+                Item::Value(Value::BulkString(buf[head..end].to_vec())),
+                end + 2,
+            )
+        }
+        _ => return None,
+    };
+    r.consume(used);
+    Some(item)
 }
 
 /// A RESP integer or length: an optional `-`, then 1 to 18 decimal digits (a header of

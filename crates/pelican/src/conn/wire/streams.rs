@@ -2,8 +2,8 @@
 //! connection ([`super::LeanConn::query_streams`]).
 
 use super::{
-    into_result, io_error, length, protocol_error, read_bulk, read_item, Item, ARRAY_RESERVE,
-    MAX_ARRAY_LEN, MAX_BULK_LEN,
+    buffered_header, into_result, io_error, length, protocol_error, read_bulk, read_item, Item,
+    ARRAY_RESERVE, MAX_ARRAY_LEN, MAX_BULK_LEN,
 };
 use crate::protocol::entry::RawEntry;
 use bytes::{Bytes, BytesMut};
@@ -160,30 +160,6 @@ fn make_room(shared: &mut BytesMut, want: usize) {
     if shared.capacity() - shared.len() < want {
         *shared = BytesMut::with_capacity(SHARED_CHUNK.max(want));
     }
-}
-
-/// Most digits a header's length has on the fast way (above [`MAX_BULK_LEN`]'s nine, a
-/// header goes the slow way, which refuses it).
-const HEADER_DIGITS: usize = 9;
-
-/// The header line at the start of `buf` when the reader's buffer holds all of it and it
-/// gives a plain length (digits only: not nil's `-1`): its kind byte, the length, and the
-/// bytes the line takes with its CRLF. `None` sends the caller the slow way
-/// ([`read_item`], `read_until`), which reads what is missing and reports what is wrong:
-/// the fast way only takes what it can check in place.
-pub(super) fn buffered_header(buf: &[u8]) -> Option<(u8, usize, usize)> {
-    let (&kind, rest) = buf.split_first()?;
-    let mut n = 0usize;
-    for (i, &b) in rest.iter().enumerate().take(HEADER_DIGITS + 1) {
-        match b {
-            b'0'..=b'9' => n = n * 10 + usize::from(b - b'0'),
-            b'\r' if i > 0 => {
-                return (rest.get(i + 1) == Some(&b'\n')).then_some((kind, n, i + 3));
-            }
-            _ => return None,
-        }
-    }
-    None
 }
 
 /// A short bulk string read from the reader's buffer when all of it is there (header,

@@ -2,7 +2,8 @@
 //! server.
 
 use super::*;
-use crate::conn::wire::streams::{buffered_header, read_streams, SHARED_BULK_MAX};
+use crate::conn::wire::buffered_header;
+use crate::conn::wire::streams::{read_streams, SHARED_BULK_MAX};
 use bytes::Bytes;
 
 /// A stream read's reply as the tests build it: streams of entries, an entry's fields
