@@ -73,6 +73,23 @@ fn stream_of(queue: &str, p: u32) -> String {
         .to_string()
 }
 
+/// Each partition's keys with a connection to the master that serves them now.
+async fn partition_masters(
+    cluster: &RedisCluster,
+    queue: &str,
+) -> Vec<(Keys, redis::aio::MultiplexedConnection)> {
+    let mut out = Vec::new();
+    for p in 0..PARTITIONS {
+        let names = Keys::partition(PREFIX, queue, p, PARTITIONS);
+        let node = &cluster.nodes()[cluster.master_of(names.stream())];
+        let c = raw_conn(&node.url())
+            .await
+            .expect("a connection to a master");
+        out.push((names, c));
+    }
+    out
+}
+
 /// Waits (30 s deadline) until every partition's stream is empty, the workers still
 /// running. After a failover the new master may hold entries whose
 /// completion the old one had not passed on yet: pending with a consumer that finished
@@ -83,12 +100,7 @@ async fn settled(cluster: &RedisCluster, queue: &str) {
         Duration::from_secs(30),
         "every partition's stream to empty",
         || async {
-            for p in 0..PARTITIONS {
-                let names = Keys::partition(PREFIX, queue, p, PARTITIONS);
-                let node = &cluster.nodes()[cluster.master_of(names.stream())];
-                let mut c = raw_conn(&node.url())
-                    .await
-                    .expect("a connection to a master");
+            for (names, mut c) in partition_masters(cluster, queue).await {
                 let len: u64 = redis::cmd("XLEN")
                     .arg(names.stream())
                     .query_async(&mut c)
@@ -113,12 +125,7 @@ async fn read_answers_deleted(cluster: &RedisCluster, queue: &str) {
         Duration::from_secs(30),
         "the stored answers read to be deleted",
         || async {
-            for p in 0..PARTITIONS {
-                let names = Keys::partition(PREFIX, queue, p, PARTITIONS);
-                let node = &cluster.nodes()[cluster.master_of(names.stream())];
-                let mut c = raw_conn(&node.url())
-                    .await
-                    .expect("a connection to a master");
+            for (names, mut c) in partition_masters(cluster, queue).await {
                 let mut cursor = 0u64;
                 loop {
                     let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
