@@ -13,6 +13,20 @@ pub(crate) struct RawEntry {
     pub(crate) fields: Vec<(Bytes, Bytes)>,
 }
 
+/// The names of the fields of a request entry (docs/PROTOCOL.md, "Entry fields"): a
+/// stream read hands these out as static `Bytes` (`conn::wire::read_streams`), neither
+/// copied nor counted.
+pub(crate) const FIELD_NAMES: [&[u8]; 8] = [
+    b"rid",
+    b"from",
+    b"deadline",
+    b"at",
+    b"index",
+    b"body",
+    b"tp",
+    b"bref",
+];
+
 impl RawEntry {
     pub(crate) fn get(&self, name: &str) -> Option<&[u8]> {
         self.fields
@@ -369,6 +383,21 @@ mod tests {
             assert_eq!(got[1].1[0].id, "2-0");
         }
         assert!(read_into_streams(Value::Nil).is_empty());
+    }
+
+    /// The names a stream read hands out as static are the entry's fields, the trace
+    /// context's included.
+    #[test]
+    fn the_static_field_names_are_the_entry_fields() {
+        assert!(FIELD_NAMES.contains(&crate::trace::FIELD.as_bytes()));
+        let doc = include_str!("../../../../docs/PROTOCOL.md");
+        for name in FIELD_NAMES {
+            let row = format!("| `{}` |", std::str::from_utf8(name).unwrap());
+            assert!(
+                doc.contains(&row),
+                "{row} in docs/PROTOCOL.md's entry fields"
+            );
+        }
     }
 
     /// Times in entries are plain decimal digits: anything else is not a time.

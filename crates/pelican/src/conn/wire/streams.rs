@@ -5,7 +5,7 @@ use super::{
     buffered_header, into_result, io_error, length, protocol_error, read_bulk, read_item, Item,
     ARRAY_RESERVE, MAX_ARRAY_LEN, MAX_BULK_LEN,
 };
-use crate::protocol::entry::RawEntry;
+use crate::protocol::entry::{RawEntry, FIELD_NAMES};
 use bytes::{Bytes, BytesMut};
 use redis::{RedisResult, Value};
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
@@ -62,7 +62,13 @@ where
             }
             let mut fields = Vec::with_capacity((flat / 2).min(ARRAY_RESERVE));
             for _ in 0..flat / 2 {
-                let k = read_bulk_shared(r, line, &mut shared).await?;
+                let k = match buffered_name(r.buffer()) {
+                    Some((name, used)) => {
+                        r.consume(used);
+                        name
+                    }
+                    None => read_bulk_shared(r, line, &mut shared).await?,
+                };
                 let v = read_bulk_shared(r, line, &mut shared).await?;
                 fields.push((k, v));
             }
@@ -160,6 +166,19 @@ fn make_room(shared: &mut BytesMut, want: usize) {
     if shared.capacity() - shared.len() < want {
         *shared = BytesMut::with_capacity(SHARED_CHUNK.max(want));
     }
+}
+
+/// A field name of a request entry ([`FIELD_NAMES`]) at the start of `buf`, whole: as a
+/// static `Bytes`, and the bytes it took. Six or more names a delivery, each otherwise a
+/// copy into the shared buffer and a reference count.
+fn buffered_name(buf: &[u8]) -> Option<(Bytes, usize)> {
+    let (kind, len, head) = buffered_header(buf)?;
+    let end = head + len;
+    if kind != b'$' || buf.get(end..end + 2)? != b"\r\n" {
+        return None;
+    }
+    let name = FIELD_NAMES.iter().find(|n| **n == &buf[head..end])?;
+    Some((Bytes::from_static(name), end + 2))
 }
 
 /// A short bulk string read from the reader's buffer when all of it is there (header,
