@@ -1,7 +1,8 @@
 //! Commands encoded as RESP by hand, as their arguments are added: the script calls a
 //! worker and a producer send many times a second. The client library's `Cmd` keeps
 //! every argument apart and copies them all again into the bytes it sends; here each
-//! argument is written once, where it goes.
+//! argument is encoded once, into one buffer, which is copied once more behind the
+//! array's header when the command is sent ([`Command::packed`]).
 
 use redis::{RedisWrite, ToRedisArgs};
 

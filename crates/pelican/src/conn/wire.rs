@@ -367,6 +367,17 @@ pub(super) fn buffered_header(buf: &[u8]) -> Option<(u8, usize, usize)> {
     None
 }
 
+/// A bulk string at the start of `buf` when the reader's buffer holds all of it (header,
+/// value, CRLF): the value, and the bytes it takes. `None`: read it the slow way.
+pub(super) fn buffered_value(buf: &[u8]) -> Option<(&[u8], usize)> {
+    let (kind, len, head) = buffered_header(buf)?;
+    let end = head + len;
+    if kind != b'$' || buf.get(end..end + 2)? != b"\r\n" {
+        return None;
+    }
+    Some((&buf[head..end], end + 2))
+}
+
 /// [`read_item`]'s fast way: an item the reader's buffer holds whole (an array's header,
 /// a non-negative integer, a bulk string with its value), read from there. `None`: the
 /// slow way (anything else, and whatever is wrong).
@@ -378,14 +389,8 @@ fn buffered_item<R: AsyncRead + Unpin>(r: &mut BufReader<R>) -> Option<Item> {
         b'*' if n == 0 => (Item::Value(Value::Array(Vec::new())), head),
         b'*' if n <= MAX_ARRAY_LEN => (Item::Array(n), head),
         b'$' => {
-            let end = head + n;
-            if buf.get(end..end + 2)? != b"\r\n" {
-                return None;
-            }
-            (
-                Item::Value(Value::BulkString(buf[head..end].to_vec())),
-                end + 2,
-            )
+            let (value, used) = buffered_value(buf)?;
+            (Item::Value(Value::BulkString(value.to_vec())), used)
         }
         _ => return None,
     };

@@ -274,7 +274,8 @@ impl XaddTemplate {
                 + 96
                 + tp.map_or(0, |tp| tp.len() + 16),
         );
-        command::header(&mut head, b'*', 15 + if tp.is_some() { 2 } else { 0 });
+        // XADD, the stream, `*`, then six fields as name and value (seven with `tp`)
+        command::header(&mut head, b'*', if tp.is_some() { 17 } else { 15 });
         head.extend_from_slice(&self.lead);
         command::arg(&mut head, j.rid.as_bytes());
         head.extend_from_slice(&self.from);

@@ -2,8 +2,8 @@
 //! connection ([`super::LeanConn::query_streams`]).
 
 use super::{
-    buffered_header, into_result, io_error, length, protocol_error, read_bulk, read_item, Item,
-    ARRAY_RESERVE, MAX_ARRAY_LEN, MAX_BULK_LEN,
+    buffered_header, buffered_value, into_result, io_error, length, protocol_error, read_bulk,
+    read_item, Item, ARRAY_RESERVE, MAX_ARRAY_LEN, MAX_BULK_LEN,
 };
 use crate::protocol::entry::{RawEntry, FIELD_NAMES};
 use bytes::{Bytes, BytesMut};
@@ -121,9 +121,9 @@ async fn read_bulk_shared<R>(
 where
     R: AsyncRead + Unpin,
 {
-    if let Some(b) = buffered_bulk(r.buffer(), shared) {
-        r.consume(b.1);
-        return Ok(b.0);
+    if let Some((value, used)) = buffered_bulk(r.buffer(), shared) {
+        r.consume(used);
+        return Ok(value);
     }
     line.clear();
     let n = r.read_until(b'\n', line).await.map_err(io_error)?;
@@ -172,13 +172,9 @@ fn make_room(shared: &mut BytesMut, want: usize) {
 /// static `Bytes`, and the bytes it took. Six or more names a delivery, each otherwise a
 /// copy into the shared buffer and a reference count.
 fn buffered_name(buf: &[u8]) -> Option<(Bytes, usize)> {
-    let (kind, len, head) = buffered_header(buf)?;
-    let end = head + len;
-    if kind != b'$' || buf.get(end..end + 2)? != b"\r\n" {
-        return None;
-    }
-    let name = FIELD_NAMES.iter().find(|n| **n == &buf[head..end])?;
-    Some((Bytes::from_static(name), end + 2))
+    let (value, used) = buffered_value(buf)?;
+    let name = FIELD_NAMES.iter().find(|n| **n == value)?;
+    Some((Bytes::from_static(name), used))
 }
 
 /// A short bulk string read from the reader's buffer when all of it is there (header,
@@ -186,15 +182,11 @@ fn buffered_name(buf: &[u8]) -> Option<(Bytes, usize)> {
 /// The common case of a stream read: one `read` brings many entries. `None`: read it the
 /// slow way.
 fn buffered_bulk(buf: &[u8], shared: &mut BytesMut) -> Option<(Bytes, usize)> {
-    let (kind, len, head) = buffered_header(buf)?;
-    if kind != b'$' {
+    let (value, used) = buffered_value(buf)?;
+    if value.len() >= SHARED_BULK_MAX {
         return None;
     }
-    let end = head + len;
-    if len >= SHARED_BULK_MAX || buf.get(end..end + 2)? != b"\r\n" {
-        return None;
-    }
-    make_room(shared, len);
-    shared.extend_from_slice(&buf[head..end]);
-    Some((shared.split().freeze(), end + 2))
+    make_room(shared, value.len());
+    shared.extend_from_slice(value);
+    Some((shared.split().freeze(), used))
 }
