@@ -109,7 +109,11 @@ async fn submit_batch(inner: &Arc<Inner>, batch: Vec<SubmitJob>) {
     let (indexed, plain): (Vec<_>, Vec<_>) = batch.into_iter().partition(|j| j.indexed);
     if !indexed.is_empty() {
         let deadline = indexed.iter().map(|j| j.deadline_ms).max().unwrap_or(0);
-        let r = while_slot_elsewhere(deadline, || submit_indexed(inner, &indexed)).await;
+        // Named once for every try: a try whose SET of a body was done and whose call
+        // was not (refused mid-failover, a dropped connection) leaves the body under the
+        // name the next try writes again and renames (or deletes), not a new one.
+        let stages = stage_names(inner, &indexed);
+        let r = while_slot_elsewhere(deadline, || submit_indexed(inner, &indexed, &stages)).await;
         finish_submits(inner, indexed, r);
     }
     if !plain.is_empty() {
@@ -121,7 +125,21 @@ async fn submit_batch(inner: &Arc<Inner>, batch: Vec<SubmitJob>) {
 /// The per-job answers of a submit call.
 type Answers = Result<Vec<SubmitAnswer>>;
 
-async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
+/// Where each large body of `jobs` is stored before its `submit.lua` call (`None` for
+/// a body sent in the call).
+fn stage_names(inner: &Inner, jobs: &[SubmitJob]) -> Vec<Option<String>> {
+    jobs.iter()
+        .map(|j| {
+            if j.body.len() < STORED_BODY_MIN {
+                return None;
+            }
+            let n = inner.next_token.fetch_add(1, Ordering::Relaxed);
+            Some(format!("s{}:{n}", inner.id))
+        })
+        .collect()
+}
+
+async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob], stages: &[Option<String>]) -> Answers {
     let sh = &inner.shared;
     let now = now_ms();
     let result_ttl = ms(sh.queue.result_ttl);
@@ -129,21 +147,15 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     // Large bodies are stored by a plain SET sent in the same write, just before the
     // script, which only renames or deletes them: Redis hashes every byte of every string
     // a script sees (about a millisecond per megabyte), a SET does not.
-    let mut stored = Vec::new();
-    let stages: Vec<Option<String>> = jobs
+    let stored: Vec<StoredBody<'_>> = jobs
         .iter()
-        .map(|j| {
-            if j.body.len() < STORED_BODY_MIN {
-                return None;
-            }
-            let n = inner.next_token.fetch_add(1, Ordering::Relaxed);
-            let stage = format!("s{}:{n}", inner.id);
-            stored.push(StoredBody {
-                key: sh.keys.body(&stage),
+        .zip(stages)
+        .filter_map(|(j, stage)| {
+            Some(StoredBody {
+                key: sh.keys.body(stage.as_deref()?),
                 body: j.body.as_slice(),
                 ttl_ms: index_ttl(j),
-            });
-            Some(stage)
+            })
         })
         .collect();
     let call = Submit {
@@ -154,7 +166,7 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
     }
     .call(
         &sh.scripts,
-        jobs.iter().zip(&stages).map(|(j, stage)| SubmitRequest {
+        jobs.iter().zip(stages).map(|(j, stage)| SubmitRequest {
             rid: &j.rid,
             deadline_ms: j.deadline_ms,
             // The index outlives the deadline by the result ttl.
