@@ -55,7 +55,7 @@ const START_CAPACITY: usize = 2048;
 
 /// A command being built: its arguments, each encoded as a bulk string as it is added;
 /// the array header that counts them is written when the command is sent.
-#[derive(Clone, Default)]
+#[derive(Default)]
 pub(crate) struct Command {
     args: Vec<u8>,
     count: usize,
