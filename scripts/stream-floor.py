@@ -126,6 +126,7 @@ def pelican_run(port, n, batch, lua):
     """pelican's scripts (from directory `lua`), dedup on, 64-byte bodies: submit.lua,
     XREADGROUP, complete.lua, XREAD, one batch at a time."""
     lib = open(os.path.join(lua, "lib.lua")).read()
+    sextuples = "sextuples" in open(os.path.join(lua, "complete.lua")).read()
     so = socket.create_connection(("127.0.0.1", port))
     f = so.makefile("rb")
 
@@ -156,7 +157,9 @@ def pelican_run(port, n, batch, lua):
         call("XREADGROUP", "GROUP", "pelican", "c", "COUNT", batch, "STREAMS", keys[0], ">")
         args = ["pelican", 60000, 100000, now]
         for sid, rid in zip(sids, rids):
-            args += [sid, rid, "p1", "1t", 'O{"i":0,"ok":true}']
+            # the entry's deadline goes along since complete.lua takes sextuples
+            deadline = [now + 60000] if sextuples else []
+            args += [sid, rid, "p1", *deadline, "1t", 'O{"i":0,"ok":true}']
         call("EVALSHA", shas["complete"], 3, *keys, *args)
         got = call("XREAD", "COUNT", 10, "STREAMS", keys[2] + "p1", last)
         if got:

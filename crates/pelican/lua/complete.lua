@@ -1,7 +1,8 @@
 -- complete.lua: record the outcomes of a batch of delivered entries (first outcome wins).
 -- KEYS[1] stream   KEYS[2] request prefix   KEYS[3] reply prefix
 -- ARGV[1] group   ARGV[2] result ttl (ms)   ARGV[3] reply maxlen   ARGV[4] now (ms)
--- ARGV[5..] quintuples: stream id, rid, from (producer), flags, outcome; the flags are
+-- ARGV[5..] sextuples: stream id, rid, from (producer), deadline (the entry's field as
+--           it is, digits), flags, outcome; the flags are
 --           the index flag, "0" without an index, "1" with one, "2" with one and a stored
 --           body (deleted with the entry: see lib.lua, "stored body"), then "t" when the
 --           entry is small (its body, if in the entry, at most 1 KiB: it may be left in
@@ -30,8 +31,9 @@ local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], group = ARGV[1],
   ttl = tonumber(ARGV[2]), maxlen = ARGV[3], now = tonumber(ARGV[4]) }
 local stream, group = q.stream, q.group
 local out, done, big, acks, bodies = {}, {}, {}, {}, {}
-for i = 5, #ARGV, 5 do
-  local sid, rid, from, flags, outcome = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+for i = 5, #ARGV, 6 do
+  local sid, rid, from, deadline = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
+  local flags, outcome = ARGV[i + 4], ARGV[i + 5]
   local index, small, stored = string.byte(flags, 1, 3) -- '0' = 48, '2' = 50, 't' = 116
   local won, waiters = false, nil -- nil: the one waiter is `from`
   local answer = stored and stored_answer_key(q, outcome)
@@ -40,7 +42,9 @@ for i = 5, #ARGV, 5 do
     -- nothing is done: the entry stays in the consumer's hands
   elseif index ~= 48 and rid ~= '' then
     local key = q.reqp .. rid
-    local status, w = settle(q, key, sid, outcome)
+    -- the pending value as submit.lua writes it when its submitter alone waits
+    local usual = 'P' .. sid .. ';' .. deadline .. ';' .. from .. ';'
+    local status, w = settle(q, key, sid, outcome, usual)
     if status == 'won' then
       won, waiters = true, w
       acks[#acks + 1] = sid
@@ -60,7 +64,11 @@ for i = 5, #ARGV, 5 do
     done[#done + 1] = sid
     if small ~= 116 then big[#big + 1] = sid end
     if index == 50 then bodies[#bodies + 1] = body_key(q, sid) end
-    queue_replies(rid, outcome, waiters or { from })
+    if waiters then
+      queue_replies(rid, outcome, waiters)
+    else
+      queue_reply(rid, outcome, from)
+    end
     out[#out + 1] = 1
   else
     if answer then bodies[#bodies + 1] = answer end

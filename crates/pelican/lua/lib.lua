@@ -213,8 +213,11 @@ local function outcome_ttl(outcome, ttl)
 end
 
 -- Puts `outcome` in place of the index value at `key` if that value is the pending
--- state of stream entry `sid`, in one command (SET ... GET). Returns
---   'won', waiters  it was: replaced; these producers wait for the outcome
+-- state of stream entry `sid`, in one command (SET ... GET). `usual` (optional) is the
+-- value it has when the one producer that submitted it waits and nobody joined (the
+-- common case, compared whole: no parsing). Returns
+--   'won', waiters  it was: replaced; these producers wait for the outcome (nil when
+--                   the value was `usual`: its submitter alone)
 --   'other'         it belongs to another entry (a garbage or foreign entry carrying the
 --                   rid, a requeued dead letter while the rid is in flight again, an
 --                   entry whose index expired and was submitted afresh) or is an outcome
@@ -222,7 +225,7 @@ end
 --   'gone'          there was no index (it expired, or a foreign client's value was
 --                   there); `outcome` is stored now
 -- An expiry deletes the value instead of replacing it (outcome_ttl).
-local function settle(q, key, sid, outcome)
+local function settle(q, key, sid, outcome, usual)
   local ttl = outcome_ttl(outcome, q.ttl)
   local old
   if ttl > 0 then
@@ -230,6 +233,7 @@ local function settle(q, key, sid, outcome)
   else
     old = redis.pcall('GETDEL', key)
   end
+  if old == usual then return 'won', nil end
   if type(old) == 'table' and old.err then
     -- Not a string: a foreign client's key, not an index. It must not abort the script
     -- (a batch's other outcomes would be half recorded): overwrite it, as if it expired.
@@ -255,20 +259,23 @@ local function settle(q, key, sid, outcome)
   return 'other'
 end
 
--- Queues `outcome` of `rid` for each producer in `waiters` (sent by `flush_replies`,
--- which every script calls last).
-local function queue_replies(rid, outcome, waiters)
-  for _, w in ipairs(waiters) do
-    if w ~= '' then
-      local flat = replies[w]
-      if not flat then
-        flat = {}
-        replies[w] = flat
-      end
-      flat[#flat + 1] = rid
-      flat[#flat + 1] = outcome
+-- Queues `outcome` of `rid` for producer `w` (sent by `flush_replies`, which every
+-- script calls last).
+local function queue_reply(rid, outcome, w)
+  if w ~= '' then
+    local flat = replies[w]
+    if not flat then
+      flat = {}
+      replies[w] = flat
     end
+    flat[#flat + 1] = rid
+    flat[#flat + 1] = outcome
   end
+end
+
+-- Queues `outcome` of `rid` for each producer in `waiters`.
+local function queue_replies(rid, outcome, waiters)
+  for i = 1, #waiters do queue_reply(rid, outcome, waiters[i]) end
 end
 
 -- Resolves the request carried by stream entry `sid` with `outcome`; `f` holds the

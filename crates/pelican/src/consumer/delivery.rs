@@ -271,6 +271,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
             sid: self.job.sid.clone(),
             rid: self.job.rid.clone(),
             from: self.job.from.clone(),
+            deadline_ms: self.job.deadline_ms,
             indexed: self.job.indexed,
             stored_body: self.job.stored_body,
             small: self.job.small,

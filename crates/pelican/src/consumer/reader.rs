@@ -272,6 +272,7 @@ async fn deliver<Req, Resp, C>(
             sid,
             rid: req.rid,
             from: req.from,
+            deadline_ms: req.deadline_ms,
             indexed: req.indexed,
             stored_body: req.stored_body,
             small: req.small,

@@ -38,6 +38,8 @@ pub(crate) struct Completion {
     pub(crate) sid: Arc<str>,
     pub(crate) rid: Arc<str>,
     pub(crate) from: Arc<str>,
+    /// The entry's deadline (ms since the epoch).
+    pub(crate) deadline_ms: u64,
     pub(crate) indexed: bool,
     /// Its body is stored beside the stream (deleted with the entry).
     pub(crate) stored_body: bool,
@@ -338,6 +340,7 @@ async fn write_completions(
                 sid: &c.sid,
                 rid: &c.rid,
                 from: &c.from,
+                deadline_ms: c.deadline_ms,
                 indexed: c.indexed,
                 stored_body: c.stored_body,
                 small: c.small,

@@ -21,6 +21,9 @@ pub(crate) struct CompleteEntry<'a> {
     pub(crate) rid: &'a str,
     /// The producer that submitted it.
     pub(crate) from: &'a str,
+    /// Its deadline (ms since the epoch): with `from`, what its index holds while the
+    /// submitter alone waits, which the script compares whole before parsing it.
+    pub(crate) deadline_ms: u64,
     /// Whether an index tracks it (dedup on).
     pub(crate) indexed: bool,
     /// Whether its body is stored beside the stream (deleted with the entry).
@@ -51,6 +54,7 @@ impl Complete {
             c.arg(e.sid)
                 .arg(e.rid)
                 .arg(e.from)
+                .arg(e.deadline_ms)
                 .arg(flags(&e))
                 .arg(e.outcome);
         }

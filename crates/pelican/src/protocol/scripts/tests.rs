@@ -20,6 +20,11 @@ struct Fixture {
 
 const TTL_MS: u64 = 60_000;
 
+/// The deadline `Fixture::submit` gives a request submitted at `now_ms`.
+fn deadline(now_ms: u64) -> u64 {
+    now_ms + 30_000
+}
+
 async fn fixture() -> Fixture {
     let server = RedisServer::start();
     let mut conn = ConnectionManager::new(server.client()).await.unwrap();
@@ -91,7 +96,7 @@ impl Fixture {
             &self.scripts,
             [SubmitRequest {
                 rid,
-                deadline_ms: now_ms + 30_000,
+                deadline_ms: deadline(now_ms),
                 index_ttl_ms: 30_000 + TTL_MS,
                 tp: None,
                 stage: stage.map(|(name, _)| name),
@@ -297,6 +302,7 @@ async fn complete_records_the_first_outcome_and_submit_reads_it_back() {
                     sid: &sid,
                     rid: "r",
                     from: "p1",
+                    deadline_ms: deadline(now),
                     indexed: true,
                     stored_body: false,
                     small: false,
@@ -314,6 +320,66 @@ async fn complete_records_the_first_outcome_and_submit_reads_it_back() {
         f.submit("p2", "r", now).await,
         SubmitAnswer::Cached(Outcome::decode(&ok).unwrap())
     );
+}
+
+/// The gate compares the index with the value it holds while the submitter alone waits
+/// before parsing it. Every way to that comparison gives what the parse gives: the
+/// submitter alone (equal), a request joined by another producer (not equal: both are
+/// told), a deadline that does not match the index (not equal: parsed, the submitter
+/// told), and an outcome recorded already (dropped).
+#[tokio::test]
+async fn complete_tells_every_waiter_whether_the_index_is_compared_or_parsed() {
+    let f = fixture().await;
+    let now = 1_700_000_000_000;
+    for p in ["p1", "p2"] {
+        f.reply_stream(p).await;
+    }
+    let mut sids = Vec::new();
+    for rid in ["alone", "joined", "skewed"] {
+        let SubmitAnswer::Queued(sid) = f.submit("p1", rid, now).await else {
+            panic!("queued")
+        };
+        sids.push(sid);
+    }
+    assert_eq!(f.submit("p2", "joined", now).await, SubmitAnswer::Joined);
+    assert_eq!(f.deliver().await, sids);
+    let ok = Outcome::Ok(b"{}".to_vec()).encode();
+    let entries = |deadlines: [u64; 3]| {
+        ["alone", "joined", "skewed"]
+            .into_iter()
+            .zip(&sids)
+            .zip(deadlines)
+            .map(|((rid, sid), deadline_ms)| CompleteEntry {
+                sid,
+                rid,
+                from: "p1",
+                deadline_ms,
+                indexed: true,
+                stored_body: false,
+                small: false,
+                outcome: &ok,
+            })
+            .collect::<Vec<_>>()
+    };
+    let d = deadline(now);
+    assert_eq!(f.complete(now, entries([d, d, d + 1])).await, [true; 3]);
+    let rids = |p: &str| {
+        let f = &f;
+        let p = p.to_string();
+        async move {
+            let mut rids: Vec<String> = f.replies(&p).await.into_iter().map(|r| r.0).collect();
+            rids.sort();
+            rids
+        }
+    };
+    assert_eq!(rids("p1").await, ["alone", "joined", "skewed"]);
+    assert_eq!(rids("p2").await, ["joined"]);
+    assert_eq!(
+        f.complete(now, entries([d, d, d])).await,
+        [false; 3],
+        "first outcome wins"
+    );
+    assert_eq!(rids("p1").await.len(), 3, "nothing pushed again");
 }
 
 /// A foreign client made a reply key a hash. Before the fix the script's last XADD
@@ -347,6 +413,7 @@ async fn a_reply_key_of_another_type_loses_no_other_reply() {
                     sid,
                     rid,
                     from,
+                    deadline_ms: 0,
                     indexed: false,
                     stored_body: false,
                     small: false,

@@ -27,6 +27,7 @@ impl Fixture {
                     sid,
                     rid: "r",
                     from: "p1",
+                    deadline_ms: 0,
                     indexed: false,
                     stored_body: false,
                     small,
