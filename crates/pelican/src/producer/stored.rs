@@ -3,7 +3,8 @@
 //! "Stored bodies"). On plain TCP the write goes out on a lean connection of the
 //! producer's own, each body written from the caller's buffer ([`Framed`]). Other
 //! connections (TLS, Unix sockets, a cluster's client) send the same commands through the
-//! client library. The same lean connections fetch stored answers (`answers.rs`).
+//! client library. The same lean connections send the XADDs of submissions without
+//! dedup (`submit.rs`) and fetch stored answers (`answers.rs`).
 
 use super::pending::Inner;
 use crate::conn::cluster::{slot_elsewhere, slot_moved_error};
@@ -104,11 +105,11 @@ pub(super) async fn submit_with_bodies<R>(
     }
 }
 
-/// Sends `xadds` (without dedup: one XADD per request, the body its last argument) in
-/// one write on a lean connection and reads their replies, each as it came (a new
-/// entry's id, or an error: see `send_replies`); `None` when this queue's connections
-/// are not plain TCP.
-pub(super) async fn xadd_with_bodies(
+/// Sends `xadds`, the XADDs of a submission without dedup (one per request, whatever the
+/// size of its body, the body the last argument), in one write on a lean connection and
+/// reads their replies, each as it came (a new entry's id, or an error: see
+/// `send_replies`); `None` when this queue's connections are not plain TCP.
+pub(super) async fn send_xadds(
     inner: &Inner,
     xadds: &[&Framed<'_>],
 ) -> Option<RedisResult<Vec<Value>>> {

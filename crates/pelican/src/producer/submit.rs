@@ -3,7 +3,7 @@
 //! no delay.
 
 use super::pending::{Inner, SubmitJob, Submitted};
-use super::stored::{is_elsewhere, submit_with_bodies, xadd_with_bodies};
+use super::stored::{is_elsewhere, send_xadds, submit_with_bodies};
 use crate::clock::{ms, now_ms};
 use crate::conn::cluster::{is_slot_elsewhere, slot_moved_error};
 use crate::conn::command;
@@ -316,7 +316,7 @@ async fn xadd_lean(inner: &Inner, jobs: &[SubmitJob], xadds: &[Framed<'_>]) -> O
     loop {
         let frames: Vec<&Framed<'_>> = todo.iter().map(|&i| &xadds[i]).collect();
         let none_queued = ids.iter().all(Option::is_none);
-        let replies = match xadd_with_bodies(inner, &frames).await {
+        let replies = match send_xadds(inner, &frames).await {
             Some(Ok(r)) => r,
             Some(Err(e)) => return Some(Err(err(e))),
             // Not lean: the caller sends them through the client library; never once
