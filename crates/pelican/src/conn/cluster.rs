@@ -39,6 +39,14 @@ pub(crate) fn is_slot_elsewhere(e: &redis::RedisError) -> bool {
     slot_elsewhere(e.code()) || e.to_string().contains(SLOT_MOVED)
 }
 
+/// Whether a command that failed with `e` is worth sending again, on a new connection:
+/// no server error reply came (the connection was cut, timed out or could not be opened;
+/// [`slot_moved_error`] is one of these), or the reply says the slot is elsewhere
+/// ([`slot_elsewhere`]). Either way the connection it went on is not used again.
+pub(crate) fn worth_sending_again(e: &redis::RedisError) -> bool {
+    e.code().is_none() || slot_elsewhere(e.code())
+}
+
 /// Number of hash slots of a Redis Cluster.
 pub(crate) const SLOTS: u16 = 16384;
 
@@ -189,6 +197,32 @@ fn as_int(v: &Value) -> Option<i64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A command is sent again after a cut connection or a slot that is elsewhere, not
+    /// after any other error reply.
+    #[test]
+    fn worth_sending_again_after_a_cut_or_a_slot_elsewhere() {
+        let reply = |line: &str| {
+            crate::conn::wire::into_result(
+                redis::parse_redis_value(format!("-{line}\r\n").as_bytes()).unwrap(),
+            )
+            .unwrap_err()
+        };
+        let cut = redis::RedisError::from(std::io::Error::from(std::io::ErrorKind::BrokenPipe));
+        assert!(worth_sending_again(&cut));
+        assert!(worth_sending_again(&slot_moved_error()));
+        for line in [
+            "MOVED 3999 127.0.0.1:6381",
+            "ASK 3999 127.0.0.1:6381",
+            "TRYAGAIN Multiple keys request during rehashing of slot",
+            "CLUSTERDOWN The cluster is down",
+        ] {
+            assert!(worth_sending_again(&reply(line)), "{line}");
+        }
+        for line in ["NOSCRIPT No matching script", "ERR boom", "NOPERM no"] {
+            assert!(!worth_sending_again(&reply(line)), "{line}");
+        }
+    }
 
     #[test]
     fn slots_follow_the_hash_tag() {

@@ -402,7 +402,7 @@ async fn eval_own<R>(
         call.invoke_after_on(c, &mut sh.conn(), answers).await
     };
     if let Err(e) = &r {
-        if e.code().is_none() || crate::conn::cluster::slot_elsewhere(e.code()) {
+        if crate::conn::cluster::worth_sending_again(e) {
             *conn = None;
         }
     }

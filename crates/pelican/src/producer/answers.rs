@@ -8,7 +8,7 @@
 use super::pending::Inner;
 use super::stored::query;
 use crate::clock::now_ms;
-use crate::conn::cluster::is_slot_elsewhere;
+use crate::conn::cluster::worth_sending_again;
 use crate::conn::retry::Backoff;
 use crate::error::{Error, ErrorKind};
 use crate::protocol::entry;
@@ -176,7 +176,7 @@ async fn delete_read(inner: &Inner, keys: Vec<String>) -> Result<(), Vec<String>
     cmd.arg(&keys);
     match query(inner, &cmd).await {
         Ok(_) => Ok(()),
-        Err(e) if is_slot_elsewhere(&e) || e.code().is_none() => {
+        Err(e) if worth_sending_again(&e) => {
             tracing::debug!(error = %format_args!("{e:#}"), n = keys.len(), "deleting read answers failed; trying again");
             Err(keys)
         }

@@ -291,7 +291,7 @@ async fn eval_own(
     let c = conn.as_mut().expect("just opened");
     let r = c.eval(&mut w.link.conn(), script, cmd).await;
     if let Err(e) = &r {
-        if e.code().is_none() || crate::conn::cluster::slot_elsewhere(e.code()) {
+        if crate::conn::cluster::worth_sending_again(e) {
             *conn = None;
         }
     }
