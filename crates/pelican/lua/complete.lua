@@ -30,14 +30,15 @@
 local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], group = ARGV[1],
   ttl = tonumber(ARGV[2]), maxlen = ARGV[3], now = tonumber(ARGV[4]) }
 local stream, group = q.stream, q.group
+local ARGV = ARGV
 local out, done, big, acks, bodies = {}, {}, {}, {}, {}
 for i = 5, #ARGV, 6 do
   local sid, rid, from, deadline = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local flags, outcome = ARGV[i + 4], ARGV[i + 5]
-  local index, small, stored = string.byte(flags, 1, 3) -- '0' = 48, '2' = 50, 't' = 116
+  local index, small, stored = byte(flags, 1, 3) -- '0' = 48, '2' = 50, 't' = 116
   local won, waiters = false, nil -- nil: the one waiter is `from`
   local answer = stored and stored_answer_key(q, outcome)
-  local missing = answer and redis.call('EXISTS', answer) == 0
+  local missing = answer and rcall('EXISTS', answer) == 0
   if missing then
     -- nothing is done: the entry stays in the consumer's hands
   elseif index ~= 48 and rid ~= '' then
@@ -49,13 +50,13 @@ for i = 5, #ARGV, 6 do
       won, waiters = true, w
       acks[#acks + 1] = sid
     elseif status == 'gone' then
-      if redis.call('XACK', stream, group, sid) == 1 then
+      if rcall('XACK', stream, group, sid) == 1 then
         won = true
       else
-        redis.call('DEL', key)
+        rcall('DEL', key)
       end
     end
-  elseif redis.call('XACK', stream, group, sid) == 1 then
+  elseif rcall('XACK', stream, group, sid) == 1 then
     won = true
   end
   if missing then
@@ -76,16 +77,16 @@ for i = 5, #ARGV, 6 do
   end
 end
 for j = 1, #acks, 500 do
-  redis.call('XACK', stream, group, unpack(acks, j, math.min(j + 499, #acks)))
+  rcall('XACK', stream, group, unpack(acks, j, math.min(j + 499, #acks)))
 end
 if #done > 0 then
   if trim_finished(q, done[#done]) then big = done end
   for j = 1, #big, 500 do
-    redis.call('XDEL', stream, unpack(big, j, math.min(j + 499, #big)))
+    rcall('XDEL', stream, unpack(big, j, math.min(j + 499, #big)))
   end
 end
 for j = 1, #bodies, 500 do
-  redis.call('DEL', unpack(bodies, j, math.min(j + 499, #bodies)))
+  rcall('DEL', unpack(bodies, j, math.min(j + 499, #bodies)))
 end
 flush_replies(q)
 return out

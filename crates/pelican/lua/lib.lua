@@ -41,6 +41,11 @@
 --                its outcome loses, by the producer once read when nothing caches it
 --                (dedup off), else by its ttl (the result ttl and a minute).
 
+-- What the scripts call most, as locals: a global or a field is a table lookup by name
+-- each time it is used (about 40 per request in submit.lua and complete.lua together).
+local rcall, rpcall = redis.call, redis.pcall
+local byte = string.byte
+
 -- Outcomes to push, by producer: a flat list rid, outcome, rid, outcome, ...
 local replies = {}
 
@@ -71,7 +76,7 @@ end
 -- The key of the stored answer an outcome names, or nil when it is not one ("A<length>:
 -- <name>", see "stored answer" above).
 local function stored_answer_key(q, outcome)
-  if string.byte(outcome, 1) ~= 65 then return nil end -- 'A'
+  if byte(outcome, 1) ~= 65 then return nil end -- 'A'
   local name = string.match(outcome, '^A%d+:(.+)$')
   if not name then return nil end
   return body_key(q, name)
@@ -96,7 +101,7 @@ end
 -- The id just after the last entry `group` was given (every entry below it was
 -- delivered), or '0-1' when the group has none or is missing.
 local function after_last_delivered(stream, group)
-  for _, g in ipairs(redis.call('XINFO', 'GROUPS', stream)) do
+  for _, g in ipairs(rcall('XINFO', 'GROUPS', stream)) do
     local f = fields_map(g)
     if f['name'] == group and string.find(f['last-delivered-id'], '^%d+-%d+$') then
       return id_after(f['last-delivered-id'])
@@ -120,7 +125,7 @@ local TRIM_WAIT_MS = 1000
 -- entry `finished` (optional; an entry this call finished), by the ids' times: Redis'
 -- clock, not the caller's, so a skewed client clock changes nothing.
 local function trim_finished(q, finished)
-  local oldest = redis.call('XPENDING', q.stream, q.group, '-', '+', 1)[1]
+  local oldest = rcall('XPENDING', q.stream, q.group, '-', '+', 1)[1]
   local bound, old = nil, false
   if oldest then
     bound = oldest[1]
@@ -129,7 +134,7 @@ local function trim_finished(q, finished)
   else
     bound = after_last_delivered(q.stream, q.group)
   end
-  redis.call('XTRIM', q.stream, 'MINID', '~', bound)
+  rcall('XTRIM', q.stream, 'MINID', '~', bound)
   return old
 end
 
@@ -137,7 +142,7 @@ end
 -- waiters part ("p1;p2;", "" when nobody waits). nil when `v` is not one (missing, an
 -- outcome, or a foreign value).
 local function index_parse(v)
-  if type(v) ~= 'string' or string.byte(v, 1) ~= 80 then return nil end -- 'P'
+  if type(v) ~= 'string' or byte(v, 1) ~= 80 then return nil end -- 'P'
   local sid, deadline, waiters = string.match(v, '^P([^;]*);(%d+);(.*)$')
   if not sid then return nil end
   return sid, tonumber(deadline), waiters
@@ -201,14 +206,14 @@ end
 local outcome_tags = { [79] = true, [65] = true, [69] = true, [68] = true, [88] = true,
   [67] = true }
 local function is_outcome(v)
-  return outcome_tags[string.byte(v, 1)] == true
+  return outcome_tags[byte(v, 1)] == true
 end
 
 -- How long an outcome is kept: `ttl`, except an expiry, which is not a result: it is
 -- not kept, so that a later identical request (or a waiter whose own deadline has not
 -- passed, submitting again) starts afresh instead of reading "expired" from the cache.
 local function outcome_ttl(outcome, ttl)
-  if string.byte(outcome, 1) == 88 then return 0 end -- 'X'
+  if byte(outcome, 1) == 88 then return 0 end -- 'X'
   return ttl
 end
 
@@ -229,18 +234,19 @@ local function settle(q, key, sid, outcome, usual)
   local ttl = outcome_ttl(outcome, q.ttl)
   local old
   if ttl > 0 then
-    old = redis.pcall('SET', key, outcome, 'PX', ms_arg(ttl), 'GET')
+    if not q.ttl_arg then q.ttl_arg = ms_arg(q.ttl) end
+    old = rpcall('SET', key, outcome, 'PX', q.ttl_arg, 'GET')
   else
-    old = redis.pcall('GETDEL', key)
+    old = rpcall('GETDEL', key)
   end
   if old == usual then return 'won', nil end
   if type(old) == 'table' and old.err then
     -- Not a string: a foreign client's key, not an index. It must not abort the script
     -- (a batch's other outcomes would be half recorded): overwrite it, as if it expired.
     if ttl > 0 then
-      redis.call('SET', key, outcome, 'PX', ms_arg(ttl))
+      rcall('SET', key, outcome, 'PX', ms_arg(ttl))
     else
-      redis.call('DEL', key)
+      rcall('DEL', key)
     end
     return 'gone'
   end
@@ -255,7 +261,7 @@ local function settle(q, key, sid, outcome, usual)
     return 'gone' -- a foreign string: replaced already
   end
   if px <= 0 then px = q.ttl end
-  redis.call('SET', key, old, 'PX', px)
+  rcall('SET', key, old, 'PX', px)
   return 'other'
 end
 
@@ -306,7 +312,7 @@ end
 local function flush_replies(q)
   for w, flat in pairs(replies) do
     for i = 1, #flat, 400 do
-      redis.pcall('XADD', q.replyp .. w, 'NOMKSTREAM', 'MAXLEN', '~', q.maxlen, '*',
+      rpcall('XADD', q.replyp .. w, 'NOMKSTREAM', 'MAXLEN', '~', q.maxlen, '*',
         unpack(flat, i, math.min(i + 399, #flat)))
     end
   end
@@ -334,17 +340,17 @@ local function bury(q, e)
       end
     end
   end
-  local did = redis.call(unpack(args))
+  local did = rcall(unpack(args))
   local f = fields_map(flat)
   if f.bref == '1' then
     -- the stored body goes with its dead letter (gone already if its ttl passed)
     local dkey = body_key(q, 'd' .. did)
-    local moved = redis.pcall('RENAME', body_key(q, e.sid), dkey)
+    local moved = rpcall('RENAME', body_key(q, e.sid), dkey)
     if type(moved) ~= 'table' or not moved.err then
-      redis.call('PEXPIRE', dkey, DEAD_BODY_TTL)
+      rcall('PEXPIRE', dkey, DEAD_BODY_TTL)
     end
   end
-  redis.call('XACK', q.stream, q.group, e.sid)
-  redis.call('XDEL', q.stream, e.sid)
+  rcall('XACK', q.stream, q.group, e.sid)
+  rcall('XDEL', q.stream, e.sid)
   return finish(q, e.sid, f, 'D' .. e.reason)
 end

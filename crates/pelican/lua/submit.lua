@@ -22,6 +22,7 @@
 --   "!" its stored body is missing (the SET before this call failed): not submitted
 local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], now = tonumber(ARGV[1]),
   group = ARGV[3], ttl = tonumber(ARGV[4]), maxlen = ARGV[5] }
+local ARGV = ARGV
 local at, producer = ARGV[1], ARGV[2]
 local out = {}
 for i = 6, #ARGV, 6 do
@@ -32,27 +33,29 @@ for i = 6, #ARGV, 6 do
   local answer
   local key = q.reqp .. rid
   local v = false
-  if stage ~= '' and redis.call('EXISTS', body_key(q, stage)) == 0 then
+  if stage ~= '' and rcall('EXISTS', body_key(q, stage)) == 0 then
     -- its SET failed (refused: maxmemory, a read-only replica): the caller is told
     answer = '!'
   else
-    v = redis.pcall('GET', key)
+    v = rpcall('GET', key)
   end
   -- not a string: a foreign client's key, not ours; the SET below replaces it
-  local foreign = type(v) == 'table' and v.err
-  if foreign then v = false end
-  local sid, dl, waiters = index_parse(v)
+  local foreign, sid, dl, waiters = false, nil, nil, nil
+  if v then
+    foreign = type(v) == 'table' and v.err
+    if foreign then v = false else sid, dl, waiters = index_parse(v) end
+  end
   if answer then
     -- nothing to do
   elseif sid and dl < q.now then
     -- in flight but past its deadline: expire it so this submission starts afresh
-    redis.call('XACK', q.stream, q.group, sid)
-    redis.call('XDEL', q.stream, sid)
-    redis.call('DEL', body_key(q, sid))
+    rcall('XACK', q.stream, q.group, sid)
+    rcall('XDEL', q.stream, sid)
+    rcall('DEL', body_key(q, sid))
     finish(q, sid, { rid = rid, index = '1' }, 'Xdeadline passed before the request was solved')
   elseif sid then
     local more = index_add_waiter(waiters, producer)
-    if more then redis.call('APPEND', key, more) end
+    if more then rcall('APPEND', key, more) end
     answer = '='
   elseif v and is_outcome(v) then
     answer = v
@@ -61,24 +64,24 @@ for i = 6, #ARGV, 6 do
   if not answer then
     local new
     if tp == '' then
-      new = redis.call('XADD', q.stream, '*', 'rid', rid, 'from', producer,
+      new = rcall('XADD', q.stream, '*', 'rid', rid, 'from', producer,
         'deadline', deadline, 'at', at, 'index', '1', bname, bvalue)
     else
-      new = redis.call('XADD', q.stream, '*', 'rid', rid, 'from', producer,
+      new = rcall('XADD', q.stream, '*', 'rid', rid, 'from', producer,
         'deadline', deadline, 'at', at, 'index', '1', 'tp', tp, bname, bvalue)
     end
-    if stage ~= '' then redis.call('RENAME', body_key(q, stage), body_key(q, new)) end
+    if stage ~= '' then rcall('RENAME', body_key(q, stage), body_key(q, new)) end
     local pending = index_pending(new, deadline, producer)
     if foreign then
-      redis.call('SET', key, pending, 'PX', index_ttl)
+      rcall('SET', key, pending, 'PX', index_ttl)
     else
       -- GET: the reply is the old value (a string or none), not a status, which Lua
       -- would get as a table of its own (GET refuses a key of another type: above)
-      redis.call('SET', key, pending, 'PX', index_ttl, 'GET')
+      rcall('SET', key, pending, 'PX', index_ttl, 'GET')
     end
     answer = new
   elseif stage ~= '' then
-    redis.call('DEL', body_key(q, stage))
+    rcall('DEL', body_key(q, stage))
   end
   out[#out + 1] = answer
 end
