@@ -4,9 +4,9 @@
 //!   `ConnectionManager` (multiplexed, auto-pipelined, reconnecting), for scripts and
 //!   ordinary commands ([`manager`]).
 //! - A connection of one task's own, for tasks that send one command at a time: the
-//!   blocking reads and the consumer's outcome writes ([`own_connection`], [`OwnConn`]);
-//!   pelican's lean connection ([`wire`]) for plain TCP, and the commands it writes
-//!   large values with in place ([`framed`]).
+//!   blocking reads and the consumers' outcome writes ([`own_connection`], [`OwnConn`],
+//!   [`on_own`]); pelican's lean connection ([`wire`]) for plain TCP, and the commands it
+//!   writes large values with in place ([`framed`]).
 //! - Backoff and retry ([`retry`]).
 
 /// The most connections one read of large values is split over (the consumer's read of
@@ -300,8 +300,8 @@ impl OwnConn {
         }
     }
 
-    /// Runs `cmd`, made by [`evalsha`] for `script`, loading the script through `loader`
-    /// first when Redis does not know it (a restart, a SCRIPT FLUSH).
+    /// Runs `cmd`, an `EVALSHA` of `script`, loading the script through `loader` first
+    /// when Redis does not know it (a restart, a SCRIPT FLUSH).
     pub(crate) async fn eval(
         &mut self,
         loader: &mut Conn,
@@ -318,10 +318,33 @@ impl OwnConn {
     }
 }
 
-/// `EVALSHA <hash of script> <number of keys> <keys...>`: add the arguments, then run it
-/// with [`OwnConn::eval`].
-pub(crate) fn evalsha(script: &redis::Script, keys: &[&str]) -> redis::Cmd {
-    let mut cmd = redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
-    cmd
+/// Runs `run` on `conn`, a task's own connection kept from one call to the next (the
+/// writers'), opening it with `open` when there is none. An error opening it comes back as
+/// the client library's error it was: an ACL denial stays one (not retryable), a refused
+/// connection stays an I/O error. A connection that failed (other than with an error
+/// reply), or whose slot is served elsewhere now, is dropped, and the next call opens a
+/// new one.
+pub(crate) async fn on_own<R>(
+    conn: &mut Option<OwnConn>,
+    open: impl AsyncFnOnce() -> Result<OwnConn>,
+    run: impl AsyncFnOnce(&mut OwnConn) -> redis::RedisResult<R>,
+) -> redis::RedisResult<R> {
+    if conn.is_none() {
+        match open().await {
+            Ok(c) => *conn = Some(c),
+            Err(e) => {
+                return Err(e
+                    .redis_source()
+                    .cloned()
+                    .unwrap_or_else(|| std::io::Error::other(format!("{e:#}")).into()));
+            }
+        }
+    }
+    let r = run(conn.as_mut().expect("just opened")).await;
+    if let Err(e) = &r {
+        if cluster::worth_sending_again(e) {
+            *conn = None;
+        }
+    }
+    r
 }

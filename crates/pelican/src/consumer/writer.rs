@@ -372,9 +372,9 @@ async fn release(
 }
 
 /// Runs a script call on the writer's own connection, after the SETs of `answers` in the
-/// same write, opening the connection when needed; a connection that failed (other than
-/// with an error reply), or whose partition's slot is served elsewhere now, is dropped,
-/// and the next call opens a new one.
+/// same write, opening the connection when needed ([`crate::conn::on_own`]: one that
+/// failed, or whose partition's slot is served elsewhere now, is dropped, and the next
+/// call opens a new one).
 async fn eval_own<R>(
     inner: &WriterTask,
     conn: &mut Option<OwnConn>,
@@ -382,29 +382,13 @@ async fn eval_own<R>(
     answers: &[StoredBody<'_>],
 ) -> redis::RedisResult<R> {
     let sh = &inner.shared;
-    if conn.is_none() {
-        match sh.own_connection(sh.queue.command_timeout).await {
-            Ok(c) => *conn = Some(c),
-            Err(e) => {
-                // The client library's error as it was: an ACL denial stays one (not
-                // retryable), a refused connection stays an I/O error.
-                return Err(e
-                    .redis_source()
-                    .cloned()
-                    .unwrap_or_else(|| std::io::Error::other(format!("{e:#}")).into()));
-            }
+    let open = async || sh.own_connection(sh.queue.command_timeout).await;
+    crate::conn::on_own(conn, open, async |c| {
+        if answers.is_empty() {
+            call.invoke_on(c, &mut sh.conn()).await
+        } else {
+            call.invoke_after_on(c, &mut sh.conn(), answers).await
         }
-    }
-    let c = conn.as_mut().expect("just opened");
-    let r = if answers.is_empty() {
-        call.invoke_on(c, &mut sh.conn()).await
-    } else {
-        call.invoke_after_on(c, &mut sh.conn(), answers).await
-    };
-    if let Err(e) = &r {
-        if crate::conn::cluster::worth_sending_again(e) {
-            *conn = None;
-        }
-    }
-    r
+    })
+    .await
 }

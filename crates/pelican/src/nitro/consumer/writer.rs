@@ -5,11 +5,12 @@
 use super::lease::Leases;
 use crate::clock::ms;
 use crate::conn::retry::Backoff;
-use crate::conn::{evalsha, OwnConn};
+use crate::conn::OwnConn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::nitro::link::Link;
 use crate::protocol::entry;
-use redis::Value;
+use crate::protocol::scripts::ScriptCall;
+use redis::{RedisResult, Value};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -208,9 +209,8 @@ async fn write_answers(
     answers: &[Answer],
 ) -> Result<Vec<(bool, u64)>> {
     let k = &w.link.keys;
-    let script = &w.link.scripts.answer;
-    let mut cmd = evalsha(
-        script,
+    let mut call = ScriptCall::new(
+        &w.link.scripts.answer,
         &[
             &k.stream,
             &k.result_prefix,
@@ -218,12 +218,13 @@ async fn write_answers(
             &k.job_prefix,
             &k.cache_prefix,
         ],
+        answer_reply,
     );
-    cmd.arg(k.group())
+    call.arg(k.group())
         .arg(ms(w.response_ttl))
         .arg(w.cache_ttl.map_or(0, ms));
     for a in answers {
-        cmd.arg(&a.id)
+        call.arg(&a.id)
             .arg(a.hash.as_deref().unwrap_or(""))
             .arg(match a.mode {
                 Mode::Handler => "h",
@@ -235,9 +236,14 @@ async fn write_answers(
             })
             .arg(a.value.as_slice());
     }
-    let v = eval_own(w, conn, script, &cmd)
+    eval_own(w, conn, &call)
         .await
-        .map_err(|e| Error::redis("writing answers", e))?;
+        .map_err(|e| Error::redis("writing answers", e))
+}
+
+/// `nitro_answer.lua`'s reply: per answer, `[1 if its own entry was answered, how many
+/// other entries of its dedup job were]`.
+fn answer_reply(v: Value) -> RedisResult<Vec<(bool, u64)>> {
     Ok(entry::array(&v)
         .iter()
         .map(|pair| {
@@ -257,43 +263,28 @@ async fn release(
 ) -> Result<()> {
     let k = &w.link.keys;
     let _gate = w.leases.gate.lock().await;
-    let script = &w.link.scripts.release;
-    let mut cmd = evalsha(script, &[&k.stream]);
-    cmd.arg(k.group()).arg(&w.name).arg(idle_ms).arg("0");
+    let mut call = ScriptCall::new(&w.link.scripts.release, &[&k.stream], |_| Ok(()));
+    call.arg(k.group()).arg(&w.name).arg(idle_ms).arg("0");
     for id in ids {
-        cmd.arg(id);
+        call.arg(id);
     }
-    eval_own(w, conn, script, &cmd)
+    eval_own(w, conn, &call)
         .await
-        .map_err(|e| Error::redis("handing entries back", e))?;
-    Ok(())
+        .map_err(|e| Error::redis("handing entries back", e))
 }
 
-/// Runs a script call on the writer's own connection, opening it when needed; a
-/// connection that failed other than with an error reply is dropped.
-async fn eval_own(
+/// Runs a script call on the writer's own connection, opening it when needed
+/// ([`crate::conn::on_own`]: one that failed, or whose slot is served elsewhere now, is
+/// dropped, and the next call opens a new one).
+async fn eval_own<R>(
     w: &WriterTask,
     conn: &mut Option<OwnConn>,
-    script: &redis::Script,
-    cmd: &redis::Cmd,
-) -> redis::RedisResult<Value> {
-    if conn.is_none() {
-        match w.link.own_connection(w.link.config.command_timeout).await {
-            Ok(c) => *conn = Some(c),
-            Err(e) => {
-                return Err(e
-                    .redis_source()
-                    .cloned()
-                    .unwrap_or_else(|| std::io::Error::other(format!("{e:#}")).into()));
-            }
-        }
-    }
-    let c = conn.as_mut().expect("just opened");
-    let r = c.eval(&mut w.link.conn(), script, cmd).await;
-    if let Err(e) = &r {
-        if crate::conn::cluster::worth_sending_again(e) {
-            *conn = None;
-        }
-    }
-    r
+    call: &ScriptCall<'_, R>,
+) -> RedisResult<R> {
+    let link = &w.link;
+    let open = async || link.own_connection(link.config.command_timeout).await;
+    crate::conn::on_own(conn, open, async |c| {
+        call.invoke_on(c, &mut link.conn()).await
+    })
+    .await
 }

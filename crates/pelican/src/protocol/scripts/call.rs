@@ -20,7 +20,7 @@ pub(crate) struct ScriptCall<'s, R> {
 }
 
 impl<'s, R> ScriptCall<'s, R> {
-    pub(super) fn new(
+    pub(crate) fn new(
         script: &'s Script,
         keys: &[&str],
         reply: fn(Value) -> RedisResult<R>,
@@ -30,7 +30,7 @@ impl<'s, R> ScriptCall<'s, R> {
         ScriptCall { script, cmd, reply }
     }
 
-    pub(super) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
+    pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
         self.cmd.arg(arg);
         self
     }
