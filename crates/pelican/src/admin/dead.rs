@@ -94,7 +94,7 @@ pub(super) async fn dead_letters(sh: &Shared, count: usize) -> Result<Vec<DeadLe
                 }
             };
             DeadLetter {
-                id: e.id.clone(),
+                id: e.id.to_string(),
                 entry: s("entry"),
                 reason: s("reason"),
                 deliveries: s("deliveries").parse().unwrap_or(0),

@@ -10,7 +10,7 @@ use super::writer::{Completion, WriteJob};
 use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::conn::retry::Backoff;
-use crate::protocol::entry::{RawEntry, Request};
+use crate::protocol::entry::{Producers, RawEntry, Request};
 use crate::protocol::outcome::Outcome;
 use crate::protocol::scripts::Reject;
 use serde::{de::DeserializeOwned, Serialize};
@@ -39,6 +39,7 @@ pub(super) async fn run<Req, Resp, C>(
     let sh = inner.shared.clone();
     let mut conn = None;
     let mut fetch = Fetch::new();
+    let mut producers = Producers::default();
     let mut backoff = Backoff::new();
     let mut next_reclaim = Instant::now();
     let mut cursor = "-".to_string();
@@ -103,7 +104,7 @@ pub(super) async fn run<Req, Resp, C>(
                         sh.metrics.redelivered(claimed.len() as u64);
                     }
                     for (e, n) in claimed {
-                        let alone = solo.as_deref() == Some(e.id.as_str());
+                        let alone = solo.as_deref() == Some(&*e.id);
                         // Its last delivery runs alone (see reclaim.lua): it takes every
                         // slot, so nothing else is read until it is answered.
                         let p = if alone {
@@ -112,7 +113,7 @@ pub(super) async fn run<Req, Resp, C>(
                             permits.take_one()
                         }
                         .expect("claimed at most the free slots");
-                        deliver(&inner, &tx, e, n, p, alone).await;
+                        deliver(&inner, &tx, e, n, p, alone, &mut producers).await;
                     }
                     if waiting_alone && solo.is_none() && !idle {
                         // A request waits for its last delivery, which only a consumer
@@ -190,7 +191,7 @@ pub(super) async fn run<Req, Resp, C>(
                 }
                 for e in entries {
                     let p = permits.take_one().expect("read at most the free slots");
-                    deliver(&inner, &tx, e, 1, p, false).await;
+                    deliver(&inner, &tx, e, 1, p, false, &mut producers).await;
                 }
             }
             Err(e) if e.code() == Some("NOGROUP") => {
@@ -256,14 +257,15 @@ async fn deliver<Req, Resp, C>(
     deliveries: u32,
     mut permit: OwnedSemaphorePermit,
     alone: bool,
+    producers: &mut Producers,
 ) where
     Req: DeserializeOwned + Send + 'static,
     Resp: Serialize + Send + 'static,
     C: Codec,
 {
-    let sid: Arc<str> = e.id.as_str().into();
+    let sid = e.id.clone();
     let tp = crate::trace::from_entry(e.get(crate::trace::FIELD));
-    let mut req = match Request::from_entry(e, inner.shared.queue.max_body_bytes) {
+    let mut req = match Request::from_entry(e, inner.shared.queue.max_body_bytes, producers) {
         Ok(r) => r,
         Err(reason) => return reject(inner, &sid, &reason, deliveries).await,
     };
@@ -282,7 +284,7 @@ async fn deliver<Req, Resp, C>(
         }));
         return;
     }
-    let value = match C::decode_owned::<Req>(std::mem::take(&mut req.body)) {
+    let value = match req.decode_body::<C, Req>() {
         Ok(v) => v,
         Err(err) => {
             return reject(inner, &sid, &format!("undecodable body: {err}"), deliveries).await

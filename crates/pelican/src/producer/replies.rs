@@ -81,7 +81,7 @@ pub(super) async fn reply_reader(parts: Vec<(std::sync::Weak<Inner>, String)>) {
                         let Some(i) = keys.iter().position(|k| k.as_bytes() == key) else {
                             continue;
                         };
-                        let Some(last) = entries.last().map(|e| e.id.clone()) else {
+                        let Some(last) = entries.last().map(|e| e.id.to_string()) else {
                             continue;
                         };
                         let Some(inner) = weaks[i].upgrade() else {

@@ -1,15 +1,18 @@
 //! Stream entries as Redis returns them, and the request they carry.
 
+use crate::codec::{Codec, CodecError};
 use bytes::Bytes;
 use redis::Value;
+use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
 /// One stream entry: its id and its raw field/value pairs. The names and values are
 /// `Bytes`: read by the lean reader, the small ones of a reply share a few buffers
-/// (`conn::wire::read_streams`) instead of an allocation each.
+/// (`conn::wire::read_streams`) instead of an allocation each. The id is shared as it
+/// is read: a delivery keeps it to the end (lease, outcome) without a copy.
 #[derive(Debug, Clone)]
 pub(crate) struct RawEntry {
-    pub(crate) id: String,
+    pub(crate) id: Arc<str>,
     pub(crate) fields: Vec<(Bytes, Bytes)>,
 }
 
@@ -111,7 +114,7 @@ pub(crate) fn parse_entries(v: &Value) -> Vec<RawEntry> {
         .iter()
         .filter_map(|e| {
             let parts = array(e);
-            let id = string(parts.first()?)?;
+            let id = string(parts.first()?)?.into();
             let flat = parts.get(1).map(array).unwrap_or(&[]);
             let fields = flat
                 .chunks(2)
@@ -149,7 +152,7 @@ pub(crate) fn into_entries(v: Value) -> Vec<RawEntry> {
         .into_iter()
         .filter_map(|e| {
             let mut parts = into_array(e).into_iter();
-            let id = String::from_utf8(into_bytes(parts.next()?)?).ok()?;
+            let id = String::from_utf8(into_bytes(parts.next()?)?).ok()?.into();
             let mut flat = parts.next().map(into_array).unwrap_or_default().into_iter();
             let mut fields = Vec::with_capacity(flat.len() / 2);
             while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
@@ -238,12 +241,33 @@ pub(crate) struct Request {
     pub(crate) small: bool,
     pub(crate) deadline_ms: u64,
     pub(crate) submitted_ms: u64,
-    pub(crate) body: Vec<u8>,
+    /// As read: a small body shares its read's buffer, a large one has its own (see
+    /// [`Request::decode_body`]).
+    pub(crate) body: Bytes,
+}
+
+/// The producers of the entries one reader turns into requests, the last one kept:
+/// consecutive entries mostly come from the same producer, whose id is then shared
+/// instead of allocated for each.
+#[derive(Default)]
+pub(crate) struct Producers(Option<Arc<str>>);
+
+impl Producers {
+    fn get(&mut self, id: &str) -> Arc<str> {
+        match &self.0 {
+            Some(p) if &**p == id => p.clone(),
+            _ => self.0.insert(id.into()).clone(),
+        }
+    }
 }
 
 impl Request {
     /// The request, or the reason the entry must be dead-lettered.
-    pub(crate) fn from_entry(e: RawEntry, max_body: usize) -> Result<Request, String> {
+    pub(crate) fn from_entry(
+        e: RawEntry,
+        max_body: usize,
+        producers: &mut Producers,
+    ) -> Result<Request, String> {
         if e.fields.is_empty() {
             return Err("the entry has no fields (deleted from the stream while pending?)".into());
         }
@@ -256,7 +280,7 @@ impl Request {
         crate::config::validate_request_id(rid)
             .map_err(|e| format!("entry has an invalid 'rid' field: {}", e.message()))?;
         let rid: Arc<str> = rid.into();
-        let from: Arc<str> = e.get_str("from").unwrap_or("").into();
+        let from = producers.get(e.get_str("from").unwrap_or(""));
         let indexed = e.get("index") == Some(b"1");
         let deadline_ms = e
             .get("deadline")
@@ -279,13 +303,11 @@ impl Request {
             }
             _ => {}
         }
-        // Moved out when it has a buffer of its own (a large body), copied when it shares
-        // one.
         let body = e
             .fields
             .into_iter()
             .find(|(k, _)| k == &b"body"[..])
-            .map(|(_, v)| Vec::from(v))
+            .map(|(_, v)| v)
             .unwrap_or_default();
         Ok(Request {
             rid,
@@ -297,6 +319,20 @@ impl Request {
             submitted_ms,
             body,
         })
+    }
+}
+
+impl Request {
+    /// Decodes the body, taken out of the request: one with a buffer of its own (a large
+    /// body) is handed over, for a codec that can keep it ([`Codec::decode_owned`]); one
+    /// that shares its read's buffer is decoded where it lies, not copied first.
+    pub(crate) fn decode_body<C: Codec, T: DeserializeOwned>(&mut self) -> Result<T, CodecError> {
+        let body = std::mem::take(&mut self.body);
+        if body.is_unique() {
+            C::decode_owned(Vec::from(body))
+        } else {
+            C::decode(&body)
+        }
     }
 }
 
@@ -374,13 +410,13 @@ mod tests {
             let got = read_into_streams(v);
             assert_eq!(got.len(), 2);
             assert_eq!(got[0].0, b"a");
-            assert_eq!(got[0].1[0].id, "1-0");
+            assert_eq!(&*got[0].1[0].id, "1-0");
             assert_eq!(
                 got[0].1[0].fields,
                 vec![(Bytes::from_static(b"r1"), Bytes::from_static(b"O1"))]
             );
             assert_eq!(got[1].0, b"b");
-            assert_eq!(got[1].1[0].id, "2-0");
+            assert_eq!(&*got[1].1[0].id, "2-0");
         }
         assert!(read_into_streams(Value::Nil).is_empty());
     }

@@ -8,6 +8,7 @@ use super::{
 use crate::protocol::entry::{RawEntry, FIELD_NAMES};
 use bytes::{Bytes, BytesMut};
 use redis::{RedisResult, Value};
+use std::sync::Arc;
 use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 
 /// A stream read's reply: each stream's name with its entries (empty for a nil reply,
@@ -52,9 +53,9 @@ where
         for _ in 0..count {
             expect_pair(r, line).await?;
             let id = read_bulk_shared(r, line, &mut shared).await?;
-            let id = std::str::from_utf8(&id)
+            let id: Arc<str> = std::str::from_utf8(&id)
                 .map_err(|_| protocol_error("an entry id that is not UTF-8"))?
-                .to_owned();
+                .into();
             // nil: an entry deleted while pending (XREADGROUP of the history).
             let flat = read_array_header(r, line).await?.unwrap_or(0);
             if flat % 2 != 0 {

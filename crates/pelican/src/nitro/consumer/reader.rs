@@ -237,7 +237,7 @@ async fn reclaim(st: &ConsumerState, count: usize) -> Result<Vec<Taken>> {
         .unwrap_or_default()
         .into_iter()
         .map(|entry| {
-            let before = counts.get(&entry.id).copied().unwrap_or(1);
+            let before = counts.get(&*entry.id).copied().unwrap_or(1);
             Taken { entry, before }
         })
         .collect())
@@ -264,7 +264,7 @@ async fn process<Req>(
     let mut ready = Vec::with_capacity(taken.len());
     for Taken { entry, before } in taken {
         let permit = hand.take_one().expect("took at most the free slots");
-        let id = entry.id.clone();
+        let id = entry.id.to_string();
         if before > 0 && st.leases.in_work(&id) {
             // Its own entry, in work, taken over from itself because a heartbeat came
             // late: the takeover reset its idle time; the work goes on as it was.

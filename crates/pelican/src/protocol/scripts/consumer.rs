@@ -177,7 +177,7 @@ fn reclaim_reply(v: Value) -> RedisResult<Reclaimed> {
     let claimed = parse_entries(&parts[1])
         .into_iter()
         .map(|e| {
-            let n = counts.get(&e.id).copied().unwrap_or(2);
+            let n = counts.get(&*e.id).copied().unwrap_or(2);
             (e, n)
         })
         .collect();

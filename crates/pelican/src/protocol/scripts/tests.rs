@@ -172,7 +172,7 @@ impl Fixture {
         self.deliver_entries()
             .await
             .into_iter()
-            .map(|e| e.id)
+            .map(|e| e.id.to_string())
             .collect()
     }
 
@@ -458,7 +458,7 @@ async fn renewing_the_newest_of_a_long_pending_list_loses_nothing() {
         .await;
     let entries = entry::read_into_entries(read);
     assert_eq!(entries.len(), 50);
-    let newest: Vec<&str> = entries[45..].iter().map(|e| e.id.as_str()).collect();
+    let newest: Vec<&str> = entries[45..].iter().map(|e| &*e.id).collect();
     let lost = Renew { consumer: "c1" }
         .call(&f.scripts, newest.iter().copied())
         .invoke(&mut f.conn.clone())

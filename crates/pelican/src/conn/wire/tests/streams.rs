@@ -64,7 +64,9 @@ fn plain(s: Streams) -> Plain {
         .map(|(n, e)| {
             (
                 n.to_vec(),
-                e.into_iter().map(|e| (e.id, e.fields)).collect(),
+                e.into_iter()
+                    .map(|e| (e.id.to_string(), e.fields))
+                    .collect(),
             )
         })
         .collect()

@@ -63,7 +63,8 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
     assert_eq!(at, [0], "one stored body");
     let bodies: Value = f.query(&entry::mget_bodies(&f.keys, &entries, &at)).await;
     entry::attach_bodies(&mut entries, &at, bodies);
-    let req = entry::Request::from_entry(entries.remove(0), 1 << 20).unwrap();
+    let req =
+        entry::Request::from_entry(entries.remove(0), 1 << 20, &mut Default::default()).unwrap();
     assert!(req.stored_body && req.indexed);
     assert_eq!(req.body, body);
 
@@ -129,7 +130,7 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
         deadline_ms: now + 30_000,
         result_ttl_ms: TTL_MS,
     }
-    .call(&f.scripts, [did.as_str()])
+    .call(&f.scripts, [&*did])
     .invoke(&mut f.conn.clone())
     .await
     .unwrap();

@@ -48,7 +48,10 @@ impl Fixture {
                     .arg("+"),
             )
             .await;
-        parse_entries(&v).into_iter().map(|e| e.id).collect()
+        parse_entries(&v)
+            .into_iter()
+            .map(|e| e.id.to_string())
+            .collect()
     }
 }
 
