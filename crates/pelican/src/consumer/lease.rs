@@ -5,14 +5,14 @@ use crate::conn::retry::retry_idempotent;
 use crate::error::{Error, Result};
 use crate::protocol::scripts::Renew;
 use crate::shared::Shared;
-use std::collections::HashMap;
+use crate::FastMap;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
 
 /// The entries a consumer holds, by stream id.
 #[derive(Default)]
 pub(crate) struct Leases {
-    pub(super) held: Mutex<HashMap<Arc<str>, Held>>,
+    pub(super) held: Mutex<FastMap<Arc<str>, Held>>,
     /// Held across a lease renewal and across a release: a renewal (`XCLAIM JUSTID`,
     /// idle back to 0) that was decided before an entry was released must not land after
     /// the release (`XCLAIM IDLE`), or the released entry waits a whole claim_idle.

@@ -75,7 +75,7 @@ pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<A
         {
             let st = inner.state.lock().unwrap();
             let mut seen = HashSet::new();
-            jobs.retain(|j| st.pending.contains_key(&j.rid) && seen.insert(j.rid.clone()));
+            jobs.retain(|j| st.pending.contains_key(j.rid.as_str()) && seen.insert(j.rid.clone()));
         }
         if jobs.is_empty() {
             continue;
@@ -255,7 +255,7 @@ impl Undeleted {
 async fn lost(inner: &Inner, job: &AnswerJob) {
     let again = {
         let mut st = inner.state.lock().unwrap();
-        let Some(p) = st.pending.get_mut(&job.rid) else {
+        let Some(p) = st.pending.get_mut(job.rid.as_str()) else {
             return;
         };
         let again = p.lost_answers < MAX_LOST && p.deadline_ms > now_ms();

@@ -97,7 +97,7 @@ async fn sweep(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
             .iter()
             // Without an index no outcome is stored: nothing to look up.
             .filter(|(_, p)| p.indexed && p.queued && p.started.elapsed() >= min_age)
-            .map(|(rid, p)| (rid.clone(), p.deadline_ms > now_ms()))
+            .map(|(rid, p)| (rid.to_string(), p.deadline_ms > now_ms()))
             .collect()
     };
     let sh = &inner.shared;

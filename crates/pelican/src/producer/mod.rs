@@ -135,7 +135,7 @@ impl Owner {
     async fn shutdown(&self) -> Result<()> {
         let inner = &self.inner;
         inner.closed.store(true, Ordering::SeqCst);
-        let drained: Vec<(String, Pending)> = {
+        let drained: Vec<(Arc<str>, Pending)> = {
             let mut st = inner.state.lock().unwrap();
             st.pending.drain().collect()
         };
@@ -305,6 +305,8 @@ where
     }
 
     async fn submit_body(&self, rid: String, body: Vec<u8>) -> Result<Ticket<Resp, C>> {
+        // Shared from here on (the waiters' table, the submitter, the ticket): not copied.
+        let rid: Arc<str> = rid.into();
         let inner = self.part(&rid);
         if inner.closed.load(Ordering::SeqCst) {
             return Err(inner.closed_error());

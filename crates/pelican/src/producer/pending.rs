@@ -7,7 +7,7 @@ use crate::config::ProducerConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::protocol::outcome::Outcome;
 use crate::shared::Shared;
-use std::collections::HashMap;
+use crate::FastMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -45,7 +45,7 @@ pub(crate) struct Inner {
 
 #[derive(Default)]
 pub(crate) struct State {
-    pub(crate) pending: HashMap<String, Pending>,
+    pub(crate) pending: FastMap<Arc<str>, Pending>,
 }
 
 pub(crate) struct Pending {
@@ -73,7 +73,7 @@ impl Pending {
     /// Request `rid` (this one) as it was first submitted, to submit it again.
     fn submit_again(&self, rid: &str) -> SubmitJob {
         SubmitJob {
-            rid: rid.to_string(),
+            rid: rid.into(),
             body: self.body.clone(),
             deadline_ms: self.deadline_ms,
             indexed: self.indexed,
@@ -84,7 +84,7 @@ impl Pending {
 }
 
 pub(crate) struct SubmitJob {
-    pub(crate) rid: String,
+    pub(crate) rid: Arc<str>,
     pub(crate) body: Arc<Vec<u8>>,
     pub(crate) deadline_ms: u64,
     pub(crate) indexed: bool,
@@ -94,7 +94,7 @@ pub(crate) struct SubmitJob {
 }
 
 pub(crate) struct CancelJob {
-    pub(crate) rid: String,
+    pub(crate) rid: Arc<str>,
     pub(crate) sid: Option<String>,
 }
 
@@ -240,9 +240,9 @@ impl Inner {
             if !p.waiters.is_empty() {
                 return;
             }
-            let p = st.pending.remove(rid).expect("present");
+            let (rid, p) = st.pending.remove_entry(rid).expect("present");
             CancelJob {
-                rid: rid.to_string(),
+                rid,
                 sid: if p.indexed { None } else { p.sid },
             }
         };

@@ -226,7 +226,7 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
             .arg(&sh.keys.stream)
             .arg("*")
             .arg("rid")
-            .arg(&j.rid)
+            .arg(&*j.rid)
             .arg("from")
             .arg(&inner.id)
             .arg("deadline")

@@ -15,13 +15,13 @@ use tokio::sync::oneshot;
 /// Removes a waiter when its ticket (or the submit future) is dropped unresolved.
 pub(super) struct WaiterGuard {
     inner: Arc<Inner>,
-    rid: String,
+    rid: Arc<str>,
     token: u64,
     armed: bool,
 }
 
 impl WaiterGuard {
-    pub(super) fn new(inner: Arc<Inner>, rid: String, token: u64) -> Self {
+    pub(super) fn new(inner: Arc<Inner>, rid: Arc<str>, token: u64) -> Self {
         WaiterGuard {
             inner,
             rid,
@@ -47,7 +47,7 @@ impl Drop for WaiterGuard {
 /// The pending response of one submission: `.await` it. Dropping it gives up waiting
 /// (and withdraws the request if nobody else waits for it).
 pub struct Ticket<Resp, C: Codec = Json> {
-    rid: String,
+    rid: Arc<str>,
     how: Submitted,
     rx: oneshot::Receiver<Resolution>,
     sleep: Pin<Box<tokio::time::Sleep>>,
@@ -59,7 +59,7 @@ pub struct Ticket<Resp, C: Codec = Json> {
 impl<Resp, C: Codec> Ticket<Resp, C> {
     pub(super) fn new(
         inner: Arc<Inner>,
-        rid: String,
+        rid: Arc<str>,
         token: u64,
         how: Submitted,
         rx: oneshot::Receiver<Resolution>,
