@@ -9,6 +9,7 @@ use crate::conn::retry::Backoff;
 use crate::conn::OwnConn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
+use crate::protocol::entry::id_order;
 use crate::protocol::outcome::{Outcome, STORED_ANSWER_MIN};
 use crate::protocol::scripts::{self, Complete, CompleteEntry, Completed, ScriptCall};
 use crate::shared::Shared;
@@ -186,6 +187,9 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
         }
         if !completes.is_empty() {
+            // Oldest first: when a call leaves nothing pending, complete.lua trims up to
+            // its last entry (lib.lua, trim_finished), which should be the newest.
+            completes.sort_by_key(|c| id_order(&c.sid));
             let results =
                 write_all_completions(&inner, &mut conn, &completes, &gate, &mut turn).await;
             let metrics = &inner.shared.metrics;
