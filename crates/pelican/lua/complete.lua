@@ -9,7 +9,7 @@
 --           the stream for a trim instead of its own XDEL, below) or "-", then "a" when
 --           the outcome is a stored answer, "A<length>:<name>" (lib.lua, "stored
 --           answer"): the response was SET at body_key(q, name) just before this call.
--- Entries come oldest first (the trim below goes up to the last winner when nothing
+-- The newest entry comes last (the trim below goes up to the last winner when nothing
 -- else is pending; any order is safe, the newest last trims the most).
 -- Reply: one integer per entry: 1 = this outcome was recorded and pushed to the waiters,
 --        0 = the entry was finished, cancelled or dead already: this outcome is dropped
@@ -84,8 +84,8 @@ for j = 1, #acks, 500 do
 end
 if #done > 0 then
   -- Every winner was pending in the group (acknowledged now, or by the gate's XACK):
-  -- when nothing else is, the last of them (the newest: the consumer sends a batch in
-  -- id order) bounds the trim.
+  -- when nothing else is, the last of them (the newest: the consumer sends a batch's
+  -- newest entry last) bounds the trim.
   local delivered = acked == #acks and done[#done] or nil
   if trim_finished(q, done[#done], delivered) then big = done end
   for j = 1, #big, 500 do

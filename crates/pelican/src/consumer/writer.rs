@@ -187,9 +187,13 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
         }
         if !completes.is_empty() {
-            // Oldest first: when a call leaves nothing pending, complete.lua trims up to
-            // its last entry (lib.lua, trim_finished), which should be the newest.
-            completes.sort_by_key(|c| id_order(&c.sid));
+            // The newest last: when a call leaves nothing pending, complete.lua trims up
+            // to its last winner (lib.lua, trim_finished). One pass, no sort.
+            let newest = (0..completes.len()).max_by_key(|&i| id_order(&completes[i].sid));
+            if let Some(i) = newest {
+                let last = completes.len() - 1;
+                completes.swap(i, last);
+            }
             let results =
                 write_all_completions(&inner, &mut conn, &completes, &gate, &mut turn).await;
             let metrics = &inner.shared.metrics;

@@ -246,11 +246,14 @@ pub(crate) struct Request {
     pub(crate) body: Bytes,
 }
 
-/// A stream id (`<ms>-<seq>`) as numbers, for ordering ids; `(0, 0)` for anything else.
-pub(crate) fn id_order(id: &str) -> (u64, u64) {
-    id.split_once('-')
-        .and_then(|(ms, seq)| Some((ms.parse().ok()?, seq.parse().ok()?)))
-        .unwrap_or((0, 0))
+/// A stream id (`<ms>-<seq>`, decimal without leading zeros, as Redis writes them) as a
+/// key that orders ids by time, then sequence, without parsing the numbers: a longer
+/// number is larger, numbers of one length compare as text. Anything else orders first.
+pub(crate) fn id_order(id: &str) -> (usize, &str, usize, &str) {
+    match id.split_once('-') {
+        Some((ms, seq)) => (ms.len(), ms, seq.len(), seq),
+        None => (0, "", 0, ""),
+    }
 }
 
 /// The producers of the entries one reader turns into requests, the last one kept:
