@@ -1,16 +1,14 @@
 -- complete.lua: record the outcomes of a batch of delivered entries (first outcome wins).
 -- KEYS[1] stream   KEYS[2] request prefix   KEYS[3] reply prefix
 -- ARGV[1] group   ARGV[2] result ttl (ms)   ARGV[3] reply maxlen   ARGV[4] now (ms)
--- ARGV[5..] sextuples: stream id, rid, from (producer), deadline (the entry's field as
---           it is, digits), flags, outcome; the flags are
+-- ARGV[5..] sextuples: stream id, rid, from (producer), deadline (the entry's, in
+--           digits), flags, outcome; the flags are
 --           the index flag, "0" without an index, "1" with one, "2" with one and a stored
 --           body (deleted with the entry: see lib.lua, "stored body"), then "t" when the
 --           entry is small (its body, if in the entry, at most 1 KiB: it may be left in
 --           the stream for a trim instead of its own XDEL, below) or "-", then "a" when
 --           the outcome is a stored answer, "A<length>:<name>" (lib.lua, "stored
 --           answer"): the response was SET at body_key(q, name) just before this call.
--- The newest entry comes last (the trim below goes up to the last winner when nothing
--- else is pending; any order is safe, the newest last trims the most).
 -- Reply: one integer per entry: 1 = this outcome was recorded and pushed to the waiters,
 --        0 = the entry was finished, cancelled or dead already: this outcome is dropped
 --            (and its stored answer deleted),
@@ -78,16 +76,11 @@ for i = 5, #ARGV, 6 do
     out[#out + 1] = 0
   end
 end
-local acked = 0
 for j = 1, #acks, 500 do
-  acked = acked + rcall('XACK', stream, group, unpack(acks, j, math.min(j + 499, #acks)))
+  rcall('XACK', stream, group, unpack(acks, j, math.min(j + 499, #acks)))
 end
 if #done > 0 then
-  -- Every winner was pending in the group (acknowledged now, or by the gate's XACK):
-  -- when nothing else is, the last of them (the newest: the consumer sends a batch's
-  -- newest entry last) bounds the trim.
-  local delivered = acked == #acks and done[#done] or nil
-  if trim_finished(q, done[#done], delivered) then big = done end
+  if trim_finished(q, done[#done]) then big = done end
   for j = 1, #big, 500 do
     rcall('XDEL', stream, unpack(big, j, math.min(j + 499, #big)))
   end

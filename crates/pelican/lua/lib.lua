@@ -126,27 +126,22 @@ end
 local TRIM_WAIT_MS = 1000
 
 -- Trims the finished entries off the head of the stream: XTRIM MINID ~ below the oldest
--- pending entry or, when none is pending, just past entry `delivered` (optional: one
--- this call finished and saw pending in the group; complete.lua passes its newest) or
--- else just past the group's last delivered entry (XINFO GROUPS: exact, but as costly as
--- the rest of a call that carries one request, which is every call when requests come
--- one at a time). A group delivers in id order, so every entry below the bound was
--- delivered and is no longer pending. With `delivered`, entries finished earlier behind
--- it (when the one that finishes last is the oldest) wait for the next call or the
--- janitor's exact trim. "~" frees whole listpack nodes only, without looking inside
--- them: the last node waits likewise. Every script that ends pending entries calls it.
+-- pending entry or, when none is pending, just past the group's last delivered entry
+-- (not just past the newest entry this call finished: the entry that finishes last is
+-- often the oldest one, and those finished behind it would stay). A group delivers in
+-- id order, so every entry below either was delivered and is no longer pending. "~"
+-- frees whole listpack nodes only, without looking inside them: the last node waits for
+-- a later call or the janitor. Every script that ends pending entries calls it.
 -- Returns whether the oldest pending entry was submitted more than TRIM_WAIT_MS before
 -- entry `finished` (optional; an entry this call finished), by the ids' times: Redis'
 -- clock, not the caller's, so a skewed client clock changes nothing.
-local function trim_finished(q, finished, delivered)
+local function trim_finished(q, finished)
   local oldest = rcall('XPENDING', q.stream, q.group, '-', '+', 1)[1]
   local bound, old = nil, false
   if oldest then
     bound = oldest[1]
     old = finished ~= nil and tonumber(string.match(bound, '^%d+')) <
       tonumber(string.match(finished, '^%d+')) - TRIM_WAIT_MS
-  elseif delivered and string.find(delivered, '^%d+-%d+$') then
-    bound = id_after(delivered)
   else
     bound = after_last_delivered(q.stream, q.group)
   end

@@ -9,7 +9,6 @@ use crate::conn::retry::Backoff;
 use crate::conn::OwnConn;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
-use crate::protocol::entry::id_order;
 use crate::protocol::outcome::{Outcome, STORED_ANSWER_MIN};
 use crate::protocol::scripts::{self, Complete, CompleteEntry, Completed, ScriptCall};
 use crate::shared::Shared;
@@ -187,13 +186,6 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
         }
         if !completes.is_empty() {
-            // The newest last: when a call leaves nothing pending, complete.lua trims up
-            // to its last winner (lib.lua, trim_finished). One pass, no sort.
-            let newest = (0..completes.len()).max_by_key(|&i| id_order(&completes[i].sid));
-            if let Some(i) = newest {
-                let last = completes.len() - 1;
-                completes.swap(i, last);
-            }
             let results =
                 write_all_completions(&inner, &mut conn, &completes, &gate, &mut turn).await;
             let metrics = &inner.shared.metrics;

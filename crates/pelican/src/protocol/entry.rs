@@ -246,16 +246,6 @@ pub(crate) struct Request {
     pub(crate) body: Bytes,
 }
 
-/// A stream id (`<ms>-<seq>`, decimal without leading zeros, as Redis writes them) as a
-/// key that orders ids by time, then sequence, without parsing the numbers: a longer
-/// number is larger, numbers of one length compare as text. Anything else orders first.
-pub(crate) fn id_order(id: &str) -> (usize, &str, usize, &str) {
-    match id.split_once('-') {
-        Some((ms, seq)) => (ms.len(), ms, seq.len(), seq),
-        None => (0, "", 0, ""),
-    }
-}
-
 /// The producers of the entries one reader turns into requests, the last one kept:
 /// consecutive entries mostly come from the same producer, whose id is then shared
 /// instead of allocated for each.
@@ -392,16 +382,6 @@ pub(crate) fn attach_bodies(entries: &mut [RawEntry], at: &[usize], reply: Value
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stream_ids_order_by_time_then_sequence() {
-        let mut ids = ["10-0", "9-5", "9-10", "1796223523985-2", "junk", "9-"];
-        ids.sort_by_key(|id| id_order(id));
-        assert_eq!(
-            ids,
-            ["junk", "9-", "9-5", "9-10", "10-0", "1796223523985-2"]
-        );
-    }
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())
