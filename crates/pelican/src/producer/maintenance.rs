@@ -91,13 +91,13 @@ pub(super) async fn maintenance(weak: std::sync::Weak<Inner>) {
 /// whose push was missed; resubmits indexed requests that Redis no longer knows (lost
 /// in a restart without persistence).
 async fn sweep(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
-    let due: Vec<(String, bool)> = {
+    let due: Vec<(Arc<str>, bool)> = {
         let st = inner.state.lock().unwrap();
         st.pending
             .iter()
             // Without an index no outcome is stored: nothing to look up.
             .filter(|(_, p)| p.indexed && p.queued && p.started.elapsed() >= min_age)
-            .map(|(rid, p)| (rid.to_string(), p.deadline_ms > now_ms()))
+            .map(|(rid, p)| (rid.clone(), p.deadline_ms > now_ms()))
             .collect()
     };
     let sh = &inner.shared;

@@ -47,7 +47,6 @@ impl Drop for WaiterGuard {
 /// The pending response of one submission: `.await` it. Dropping it gives up waiting
 /// (and withdraws the request if nobody else waits for it).
 pub struct Ticket<Resp, C: Codec = Json> {
-    rid: Arc<str>,
     how: Submitted,
     rx: oneshot::Receiver<Resolution>,
     sleep: Pin<Box<tokio::time::Sleep>>,
@@ -67,8 +66,7 @@ impl<Resp, C: Codec> Ticket<Resp, C> {
     ) -> Self {
         let timeout = inner.config.request_timeout;
         Ticket {
-            guard: WaiterGuard::new(inner, rid.clone(), token),
-            rid,
+            guard: WaiterGuard::new(inner, rid, token),
             how,
             rx,
             sleep: Box::pin(tokio::time::sleep(
@@ -81,7 +79,7 @@ impl<Resp, C: Codec> Ticket<Resp, C> {
 
     /// The request id (the dedup key).
     pub fn request_id(&self) -> &str {
-        &self.rid
+        &self.guard.rid
     }
 
     /// How the submission was taken: queued, joined or answered from the cache.
@@ -103,9 +101,12 @@ impl<Resp: DeserializeOwned, C: Codec> Future for Ticket<Resp, C> {
         match Pin::new(&mut this.rx).poll(cx) {
             Poll::Ready(Ok(res)) => {
                 this.guard.armed = false;
-                let out = res.and_then(|o| o.into_result(&this.rid)).and_then(|b| {
-                    C::decode_owned::<Resp>(b).map_err(|e| Error::codec("decoding the response", e))
-                });
+                let out = res
+                    .and_then(|o| o.into_result(&this.guard.rid))
+                    .and_then(|b| {
+                        C::decode_owned::<Resp>(b)
+                            .map_err(|e| Error::codec("decoding the response", e))
+                    });
                 return Poll::Ready(out);
             }
             Poll::Ready(Err(_)) => {
@@ -122,12 +123,14 @@ impl<Resp: DeserializeOwned, C: Codec> Future for Ticket<Resp, C> {
                 // guard stays armed and is dropped with the ticket; do it now so the
                 // request is withdrawn even if the ticket is kept around.
                 this.guard.armed = false;
-                this.guard.inner.drop_waiter(&this.rid, this.guard.token);
+                this.guard
+                    .inner
+                    .drop_waiter(&this.guard.rid, this.guard.token);
                 Poll::Ready(Err(Error::new(
                     ErrorKind::Timeout,
                     format!(
                         "request {} got no outcome within {:?}",
-                        this.rid, this.guard.inner.config.request_timeout
+                        this.guard.rid, this.guard.inner.config.request_timeout
                     ),
                 )))
             }

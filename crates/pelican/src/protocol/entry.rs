@@ -320,9 +320,7 @@ impl Request {
             body,
         })
     }
-}
 
-impl Request {
     /// Decodes the body, taken out of the request: one with a buffer of its own (a large
     /// body) is handed over, for a codec that can keep it ([`Codec::decode_owned`]); one
     /// that shares its read's buffer is decoded where it lies, not copied first.
