@@ -4,17 +4,18 @@ pelican's protocol cannot do without, as plain commands in deep pipelines (no Lu
 per-entry checks, no recovery or dedup bookkeeping beyond the minimum), counted in
 instructions of redis-server under callgrind (deterministic, unlike time here).
 
-Per request: XADD of an entry with pelican's fields; per batch of --batch: XREADGROUP,
-one XACK of the batch, one reply XADD with every outcome, XREAD of the replies, XTRIM
-MINID ~. With --dedup, per request also the least an index can cost: SET NX GET to claim
-it on submit, SET GET to record the outcome. With --scripts (implies --dedup), the same
-commands, but submissions and completions are one script call per batch each, as they
-must be for the check-and-insert and the gate to be atomic: the least an atomic protocol
-costs on Redis 7.0. The ids are given explicitly, so the whole run is one pipeline, fed
-by redis-cli --pipe. With --pelican, pelican's own submit.lua and complete.lua (dedup
-on, small bodies) do the submitting and completing in batches of --batch, with
-XREADGROUP and XREAD between them: the same work as `pelican bench` without its
-clients' timing, so a change to a script can be compared to the instruction.
+Per request: XADD of an entry with pelican's fields (`head` and `body`,
+docs/PROTOCOL.md); per batch of --batch: XREADGROUP, one XACK of the batch, one reply
+XADD with every outcome, XREAD of the replies, XTRIM MINID ~. With --dedup, per request
+also the least an index can cost: SET NX GET to claim it on submit, SET GET to record the
+outcome. With --scripts (implies --dedup), the same commands, but submissions and
+completions are one script call per batch each, as they must be for the check-and-insert
+and the gate to be atomic: the least an atomic protocol costs on Redis 7.0. The ids are
+given explicitly, so the whole run is one pipeline, fed by redis-cli --pipe. With
+--pelican, pelican's own submit.lua and complete.lua (dedup on, small bodies) do the
+submitting and completing in batches of --batch, with XREADGROUP and XREAD between them:
+the same work as `pelican bench` without its clients' timing, so a change to a script can
+be compared to the instruction.
 
     python3 scripts/stream-floor.py [--requests 20000] [--batch 100] [--dedup | --scripts | --pelican [--lua DIR]]
 
@@ -38,8 +39,7 @@ def resp(*args):
 SUBMIT = """
 for i = 1, #ARGV, 4 do
   if not redis.call('SET', KEYS[2] .. ARGV[i], ARGV[i + 2], 'NX', 'GET', 'PX', 120000) then
-    redis.call('XADD', KEYS[1], ARGV[i + 1], 'rid', ARGV[i], 'from', 'p1', 'deadline', '1',
-      'at', '1', 'index', '1', 'body', ARGV[i + 3])
+    redis.call('XADD', KEYS[1], ARGV[i + 1], 'head', ARGV[i] .. ';p1;1;1;1', 'body', ARGV[i + 3])
   end
 end
 return 1
@@ -90,8 +90,8 @@ def workload(n, batch, dedup, scripts):
             if dedup:
                 yield resp("SET", "pelican:{floor}:req:" + rid, "P%s;%d;p1;" % (sid, ms + 60000),
                            "NX", "GET", "PX", 120000)
-            yield resp("XADD", s, sid, "rid", rid, "from", "p1", "deadline", ms + 60000,
-                       "at", ms, "index", 1 if dedup else 0, "body", body)
+            yield resp("XADD", s, sid, "head", "%s;p1;%d;%d;%d" % (rid, ms + 60000, ms, 1 if dedup else 0),
+                       "body", body)
         yield resp("XREADGROUP", "GROUP", g, "c", "COUNT", batch, "STREAMS", s, ">")
         if dedup:
             for _, rid in ids:

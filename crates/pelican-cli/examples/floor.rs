@@ -180,6 +180,12 @@ fn main() {
                     .take_while(char::is_ascii_digit)
                     .collect();
                 let outcome = format!("O{{\"i\":{i},\"ok\":true}}").into_bytes();
+                // the entry's head: `<rid>;<from>;<deadline>;<at>;<index>`
+                let head = String::from_utf8(field(b"head")).unwrap_or_default();
+                let h = pelican::EntryHead::parse(&head).expect("a head of five parts");
+                // complete.lua's flags: the index flag, "t" (a small entry), "-" (no
+                // stored answer)
+                let flags = format!("{}t-", h.index);
                 let now = now_ms().to_string();
                 let _ = a.call(&[
                     b"EVALSHA",
@@ -193,9 +199,10 @@ fn main() {
                     b"1000",
                     now.as_bytes(),
                     &sid,
-                    &field(b"rid"),
-                    &field(b"from"),
-                    &field(b"index"),
+                    h.rid.as_bytes(),
+                    h.from.as_bytes(),
+                    h.deadline.as_bytes(),
+                    flags.as_bytes(),
                     &outcome,
                 ]);
             }
@@ -243,13 +250,14 @@ fn main() {
                         replyp.as_bytes(),
                         now_s.as_bytes(),
                         me.as_bytes(),
-                        b"300000",
                         group,
                         b"300000",
                         b"1000",
                         rid.as_bytes(),
                         dl.as_bytes(),
                         ttl.as_bytes(),
+                        b"",
+                        b"",
                         body.as_bytes(),
                     ]);
                 } else {
@@ -257,16 +265,8 @@ fn main() {
                         b"XADD",
                         stream.as_bytes(),
                         b"*",
-                        b"rid",
-                        rid.as_bytes(),
-                        b"from",
-                        me.as_bytes(),
-                        b"deadline",
-                        dl.as_bytes(),
-                        b"at",
-                        now_s.as_bytes(),
-                        b"index",
-                        b"0",
+                        b"head",
+                        format!("{rid};{me};{dl};{now_s};0").as_bytes(),
                         b"body",
                         body.as_bytes(),
                     ]);

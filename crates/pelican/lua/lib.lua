@@ -82,12 +82,24 @@ local function stored_answer_key(q, outcome)
   return body_key(q, name)
 end
 
--- Fields of a stream entry (a flat array) as a table name -> value, first wins.
+-- A request entry's head field: "<rid>;<from>;<deadline>;<at>;<index>" (docs/PROTOCOL.md,
+-- "Entries"; the request id may hold ';', the other parts never do).
+local function entry_head(rid, from, deadline, at, index)
+  return rid .. ';' .. from .. ';' .. deadline .. ';' .. at .. ';' .. index
+end
+
+-- Fields of a stream entry (a flat array) as a table name -> value, first wins. A request
+-- entry's head is split into rid, from, deadline, at and index, as the entries of the
+-- layout before it had them (a head that is not five parts gives none of them).
 local function fields_map(flat)
   local m = {}
   if not flat then return m end
   for i = 1, #flat, 2 do
     if m[flat[i]] == nil then m[flat[i]] = flat[i + 1] end
+  end
+  if m.head then
+    m.rid, m.from, m.deadline, m.at, m.index =
+      string.match(m.head, '^(.*);([^;]*);([^;]*);([^;]*);([^;]*)$')
   end
   return m
 end

@@ -5,7 +5,8 @@
 -- ARGV[4..] dead-letter ids
 -- Reply: flat list of dead-letter id, new stream id ("" when the id was not found or the
 -- entry had no body to requeue).
--- The original fields (rid, from, index, body) are kept, the deadline is renewed and
+-- The original request id, producer, index flag and body are kept (written in the
+-- entry's head, docs/PROTOCOL.md "Entries"), the deadline is renewed and
 -- the delivery count starts again. An indexed request gets a fresh index with no
 -- waiters (the dead outcome cached for it is replaced), unless the same rid is in
 -- flight again already: that entry's outcome is then cached for whoever asks again.
@@ -36,14 +37,13 @@ for i = 4, #ARGV do
         local cur = redis.pcall('GET', reqp .. rid)
         fresh = not index_parse(cur)
       end
+      local head = entry_head(rid, f['from'] or '', deadline, now, indexed)
       if stored then
-        sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', f['from'] or '',
-          'deadline', deadline, 'at', now, 'index', indexed, 'bref', '1')
+        sid = redis.call('XADD', stream, '*', 'head', head, 'bref', '1')
         redis.call('RENAME', bkey, body_key(q, sid))
         redis.call('PEXPIRE', body_key(q, sid), px)
       else
-        sid = redis.call('XADD', stream, '*', 'rid', rid, 'from', f['from'] or '',
-          'deadline', deadline, 'at', now, 'index', indexed, 'body', f['body'])
+        sid = redis.call('XADD', stream, '*', 'head', head, 'body', f['body'])
       end
       if fresh then
         redis.call('SET', reqp .. rid, index_pending(sid, deadline), 'PX', px)

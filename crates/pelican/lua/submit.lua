@@ -63,12 +63,11 @@ for i = 6, #ARGV, 6 do
   -- anything else (no value, an expired one, a foreign client's): a new entry
   if not answer then
     local new
+    local head = entry_head(rid, producer, deadline, at, '1')
     if tp == '' then
-      new = rcall('XADD', q.stream, '*', 'rid', rid, 'from', producer,
-        'deadline', deadline, 'at', at, 'index', '1', bname, bvalue)
+      new = rcall('XADD', q.stream, '*', 'head', head, bname, bvalue)
     else
-      new = rcall('XADD', q.stream, '*', 'rid', rid, 'from', producer,
-        'deadline', deadline, 'at', at, 'index', '1', 'tp', tp, bname, bvalue)
+      new = rcall('XADD', q.stream, '*', 'head', head, 'tp', tp, bname, bvalue)
     end
     if stage ~= '' then rcall('RENAME', body_key(q, stage), body_key(q, new)) end
     local pending = index_pending(new, deadline, producer)

@@ -206,7 +206,11 @@ async fn held(app: &App, parts: &[PartitionNow]) -> redis::RedisResult<HeldMap> 
                 .or_default()
                 .push(Held {
                     age_ms: reply::id_ms(&id).map_or(0, |at| now.saturating_sub(at)),
-                    rid: get("rid").and_then(reply::string),
+                    // the head's request id (`rid` in the layout before it)
+                    rid: match get(pelican::HEAD_FIELD).and_then(reply::string) {
+                        Some(h) => pelican::EntryHead::parse(&h).map(|h| h.rid.to_string()),
+                        None => get("rid").and_then(reply::string),
+                    },
                     body_len: get("body").and_then(reply::bytes).map(<[u8]>::len),
                     entry: id,
                     idle_ms: idle,

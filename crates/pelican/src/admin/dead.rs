@@ -100,7 +100,7 @@ pub(super) async fn dead_letters(sh: &Shared, count: usize) -> Result<Vec<DeadLe
                 deliveries: s("deliveries").parse().unwrap_or(0),
                 consumer: s("consumer"),
                 dead_at_ms: s("dead_at").parse().unwrap_or(0),
-                rid: e.get_str("rid").map(str::to_string),
+                rid: e.rid().map(str::to_string),
                 body_len: len,
                 body_preview: String::from_utf8_lossy(&preview).into_owned(),
                 partition: sh.partition,

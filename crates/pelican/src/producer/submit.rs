@@ -11,6 +11,7 @@ use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::retry::{retry_idempotent, Backoff};
 use crate::conn::wire::into_result;
 use crate::error::{Error, Result};
+use crate::protocol::entry::HEAD_FIELD;
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -225,16 +226,8 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
         pipe.cmd("XADD")
             .arg(&sh.keys.stream)
             .arg("*")
-            .arg("rid")
-            .arg(&*j.rid)
-            .arg("from")
-            .arg(&inner.id)
-            .arg("deadline")
-            .arg(j.deadline_ms)
-            .arg("at")
-            .arg(&now)
-            .arg("index")
-            .arg("0");
+            .arg(HEAD_FIELD)
+            .arg(format!("{};{};{};{now};0", j.rid, inner.id, j.deadline_ms));
         if let Some(tp) = &j.tp {
             pipe.arg(crate::trace::FIELD).arg(tp);
         }
@@ -248,34 +241,31 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
 }
 
 /// The XADD of a request without dedup, most of it the same for every request of a
-/// batch: those arguments are encoded once, in three runs around the request's own.
+/// batch: those arguments are encoded once, around the request's own.
 struct XaddTemplate {
-    /// `XADD <stream> * rid`
+    /// `XADD <stream> * head`
     lead: Vec<u8>,
-    /// `from <producer> deadline`
+    /// `;<producer>;`, in the head after the request id
     from: Vec<u8>,
-    /// `at <now> index 0`
+    /// `;<now>;0`, the head's end
     at: Vec<u8>,
 }
 
 impl XaddTemplate {
     fn new(stream: &str, producer: &str, now: &str) -> XaddTemplate {
-        let run = |args: &[&[u8]]| {
-            let mut out = Vec::new();
-            for a in args {
-                command::arg(&mut out, a);
-            }
-            out
-        };
+        let mut lead = Vec::new();
+        for a in [&b"XADD"[..], stream.as_bytes(), b"*", HEAD_FIELD.as_bytes()] {
+            command::arg(&mut lead, a);
+        }
         XaddTemplate {
-            lead: run(&[b"XADD", stream.as_bytes(), b"*", b"rid"]),
-            from: run(&[b"from", producer.as_bytes(), b"deadline"]),
-            at: run(&[b"at", now.as_bytes(), b"index", b"0"]),
+            lead,
+            from: format!(";{producer};").into_bytes(),
+            at: format!(";{now};0").into_bytes(),
         }
     }
 
-    /// The XADD of `j`: `XADD <stream> * rid <rid> from <producer> deadline <deadline>
-    /// at <now> index 0 [tp <trace context>] body <body>`.
+    /// The XADD of `j`: `XADD <stream> * head <rid>;<producer>;<deadline>;<now>;0
+    /// [tp <trace context>] body <body>`.
     fn frame<'j>(&self, j: &'j SubmitJob) -> Framed<'j> {
         let tp = j.tp.as_deref();
         let mut head = Vec::with_capacity(
@@ -283,16 +273,17 @@ impl XaddTemplate {
                 + self.from.len()
                 + self.at.len()
                 + j.rid.len()
-                + 96
+                + 64
                 + tp.map_or(0, |tp| tp.len() + 16),
         );
-        // XADD, the stream, `*`, then six fields as name and value (seven with `tp`)
-        command::header(&mut head, b'*', if tp.is_some() { 17 } else { 15 });
+        // XADD, the stream, `*`, then the head and the body as name and value (and `tp`)
+        command::header(&mut head, b'*', if tp.is_some() { 9 } else { 7 });
         head.extend_from_slice(&self.lead);
-        command::arg(&mut head, j.rid.as_bytes());
-        head.extend_from_slice(&self.from);
-        command::number_arg(&mut head, j.deadline_ms);
-        head.extend_from_slice(&self.at);
+        let (deadline, at) = command::digits(j.deadline_ms);
+        command::joined_arg(
+            &mut head,
+            &[j.rid.as_bytes(), &self.from, &deadline[at..], &self.at],
+        );
         if let Some(tp) = tp {
             command::arg(&mut head, crate::trace::FIELD.as_bytes());
             command::arg(&mut head, tp.as_bytes());
@@ -460,16 +451,8 @@ mod tests {
                 theirs
                     .arg("P:{q}:stream")
                     .arg("*")
-                    .arg("rid")
-                    .arg("r-1")
-                    .arg("from")
-                    .arg("p1")
-                    .arg("deadline")
-                    .arg(1_796_207_341_130u64)
-                    .arg("at")
-                    .arg("1796207331130")
-                    .arg("index")
-                    .arg("0");
+                    .arg("head")
+                    .arg("r-1;p1;1796207341130;1796207331130;0");
                 if let Some(tp) = tp {
                     theirs.arg(crate::trace::FIELD).arg(tp);
                 }

@@ -49,8 +49,41 @@ async fn inv7_garbage_entries_are_dead_lettered_and_the_consumer_goes_on() {
     let dl = dl.as_bytes();
     let good = br#"{"i":9,"tag":"x"}"#.as_slice();
     let big = format!(r#"{{"i":9,"tag":"{}"}}"#, "x".repeat(MAX_BODY));
+    let dls = std::str::from_utf8(dl).unwrap();
+    let head_empty_rid = format!(";p;{dls};0;0");
+    let head_control = format!("g12\n;p;{dls};0;0");
     // what, the entry's fields, what the dead letter's reason must mention
     let cases: Vec<(&str, Fields, &str)> = vec![
+        (
+            "head of three parts",
+            vec![("head", b"g10;p;123"), ("body", good)],
+            "'head'",
+        ),
+        (
+            "head not UTF-8",
+            vec![("head", b"\xff;p;1;0;0"), ("body", good)],
+            "'head'",
+        ),
+        (
+            "head with an empty request id",
+            vec![("head", head_empty_rid.as_bytes()), ("body", good)],
+            "request id in its 'head'",
+        ),
+        (
+            "head with a control character in its request id",
+            vec![("head", head_control.as_bytes()), ("body", good)],
+            "request id in its 'head'",
+        ),
+        (
+            "head with a deadline that is not a number",
+            vec![("head", b"g11;p;soon;0;0"), ("body", good)],
+            "deadline in its 'head'",
+        ),
+        (
+            "head without a body",
+            vec![("head", b"g13;p;99999999999999;0;0")],
+            "'body'",
+        ),
         (
             "missing rid",
             vec![("deadline", dl), ("body", good)],

@@ -25,6 +25,7 @@ mod foreign;
 mod garbage;
 mod invariants;
 mod large;
+mod layout;
 mod lease;
 mod matrix;
 mod nitro;
