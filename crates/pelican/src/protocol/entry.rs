@@ -56,14 +56,23 @@ pub struct EntryHead<'a> {
 impl<'a> EntryHead<'a> {
     /// The parts of `head`; `None` unless it has all five (four `;` at least).
     pub fn parse(head: &'a str) -> Option<EntryHead<'a>> {
-        let mut parts = head.rsplitn(5, ';');
-        let index = parts.next()?;
-        let at = parts.next()?;
-        let deadline = parts.next()?;
-        let from = parts.next()?;
-        let rid = parts.next()?;
+        // By hand, byte by byte from the end: `rsplitn`'s searcher was 4 % of a
+        // worker's instructions per request. `;` is ASCII, so every cut is on a char
+        // boundary.
+        let bytes = head.as_bytes();
+        let mut end = head.len();
+        let mut cut = || {
+            let at = bytes[..end].iter().rposition(|&b| b == b';')?;
+            let part = &head[at + 1..end];
+            end = at;
+            Some(part)
+        };
+        let index = cut()?;
+        let at = cut()?;
+        let deadline = cut()?;
+        let from = cut()?;
         Some(EntryHead {
-            rid,
+            rid: &head[..end],
             from,
             deadline,
             at,
@@ -525,6 +534,27 @@ mod tests {
                 doc.contains(&row),
                 "{row} in docs/PROTOCOL.md's entry fields"
             );
+        }
+    }
+
+    /// A head is split from the right: the request id keeps its own `;`, parts may be
+    /// empty, and fewer than five parts is no head.
+    #[test]
+    fn a_head_is_split_from_the_right() {
+        let h = EntryHead::parse("a;b;c;p;1;2;1").unwrap();
+        assert_eq!(
+            (h.rid, h.from, h.deadline, h.at, h.index),
+            ("a;b;c", "p", "1", "2", "1")
+        );
+        let h = EntryHead::parse(";;;;").unwrap();
+        assert_eq!(
+            (h.rid, h.from, h.deadline, h.at, h.index),
+            ("", "", "", "", "")
+        );
+        let h = EntryHead::parse("é;p;1;2;0").unwrap();
+        assert_eq!(h.rid, "é");
+        for bad in ["", "r", "r;p;1;2", ";;;"] {
+            assert_eq!(EntryHead::parse(bad), None, "{bad:?}");
         }
     }
 
