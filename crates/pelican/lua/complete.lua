@@ -2,7 +2,8 @@
 -- KEYS[1] stream   KEYS[2] request prefix   KEYS[3] reply prefix
 -- ARGV[1] group   ARGV[2] result ttl (ms)   ARGV[3] reply maxlen   ARGV[4] now (ms)
 -- ARGV[5..] sextuples: stream id, rid, from (producer), deadline (the entry's, in
---           digits), flags, outcome; the flags are
+--           digits; '' for an entry without an index: only an index is compared with
+--           it), flags, outcome; the flags are
 --           the index flag, "0" without an index, "1" with one, "2" with one and a stored
 --           body (deleted with the entry: see lib.lua, "stored body"), then "t" when the
 --           entry is small (its body, if in the entry, at most 1 KiB: it may be left in

@@ -22,7 +22,8 @@ pub(crate) struct CompleteEntry<'a> {
     /// The producer that submitted it.
     pub(crate) from: &'a str,
     /// Its deadline (ms since the epoch): with `from`, what its index holds while the
-    /// submitter alone waits, which the script compares whole before parsing it.
+    /// submitter alone waits, which the script compares whole before parsing it (sent
+    /// only for an entry with an index).
     pub(crate) deadline_ms: u64,
     /// Whether an index tracks it (dedup on).
     pub(crate) indexed: bool,
@@ -51,12 +52,15 @@ impl Complete {
             .arg(self.reply_maxlen)
             .arg(self.now_ms);
         for e in entries {
-            c.arg(e.sid)
-                .arg(e.rid)
-                .arg(e.from)
-                .arg(e.deadline_ms)
-                .arg(flags(&e))
-                .arg(e.outcome);
+            c.arg(e.sid).arg(e.rid).arg(e.from);
+            // Read only to compare an index with: without one, nothing for Redis and Lua
+            // to copy and hash.
+            if e.indexed || e.stored_body {
+                c.arg(e.deadline_ms);
+            } else {
+                c.arg("");
+            }
+            c.arg(flags(&e)).arg(e.outcome);
         }
         c
     }
