@@ -10,14 +10,17 @@ XADD with every outcome, XREAD of the replies, XTRIM MINID ~. With --dedup, per 
 also the least an index can cost: SET NX GET to claim it on submit, SET GET to record the
 outcome. With --scripts (implies --dedup), the same commands, but submissions and
 completions are one script call per batch each, as they must be for the check-and-insert
-and the gate to be atomic: the least an atomic protocol costs on Redis 7.0. The ids are
-given explicitly, so the whole run is one pipeline, fed by redis-cli --pipe. With
---pelican, pelican's own submit.lua and complete.lua (dedup on, small bodies) do the
-submitting and completing in batches of --batch, with XREADGROUP and XREAD between them:
-the same work as `pelican bench` without its clients' timing, so a change to a script can
-be compared to the instruction.
+and the gate to be atomic: the least an atomic protocol costs on Redis 7.0. With --gate
+(dedup off), completions go through the least atomic gate: one script call per batch, an
+XACK of its own per request (only the first acknowledgement of a pending entry may push
+an outcome), then the winners' reply XADD and the trim. The ids are given explicitly, so
+the whole run is one pipeline, fed by redis-cli --pipe. With --pelican, pelican's own
+submit.lua and complete.lua (dedup on, small bodies) do the submitting and completing in
+batches of --batch, with XREADGROUP and XREAD between them: the same work as `pelican
+bench` without its clients' timing, so a change to a script can be compared to the
+instruction.
 
-    python3 scripts/stream-floor.py [--requests 20000] [--batch 100] [--dedup | --scripts | --pelican [--lua DIR]]
+    python3 scripts/stream-floor.py [--requests 20000] [--batch 100] [--dedup | --scripts | --gate | --pelican [--lua DIR]]
 
 Prints instructions per request (the run's total over --requests: start-up and shut-down
 included, as in pelican's measurement with the same method). With --cpu, redis-server
@@ -60,7 +63,25 @@ return 1
 """
 
 
-def workload(n, batch, dedup, scripts):
+# Without dedup, the least atomic gate: one call per batch, per request an XACK of its
+# own (only the first acknowledgement of a pending entry may push an outcome), then the
+# reply XADD of the winners and the trim. Reply id, trim bound, then per request stream
+# id, rid, outcome.
+GATE = """
+local pairs = {}
+for i = 3, #ARGV, 3 do
+  if redis.call('XACK', KEYS[1], 'pelican', ARGV[i]) == 1 then
+    pairs[#pairs + 1] = ARGV[i + 1]
+    pairs[#pairs + 1] = ARGV[i + 2]
+  end
+end
+redis.call('XADD', KEYS[3], 'NOMKSTREAM', 'MAXLEN', '~', 100000, ARGV[1], unpack(pairs))
+redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[2])
+return 1
+"""
+
+
+def workload(n, batch, dedup, scripts, gate=False):
     s, r, g = "pelican:{floor}:stream", "pelican:{floor}:reply:p1", "pelican"
     keys = (s, "pelican:{floor}:req:", r)
     yield resp("XGROUP", "CREATE", s, g, "0", "MKSTREAM")
@@ -93,6 +114,13 @@ def workload(n, batch, dedup, scripts):
             yield resp("XADD", s, sid, "head", "%s;p1;%d;%d;%d" % (rid, ms + 60000, ms, 1 if dedup else 0),
                        "body", body)
         yield resp("XREADGROUP", "GROUP", g, "c", "COUNT", batch, "STREAMS", s, ">")
+        if gate:
+            args = ["%d-0" % (b0 + 2), "%d-%d" % (ms, b0 + batch)]
+            for sid, rid in ids:
+                args += [sid, rid, 'O{"i":0,"ok":true}']
+            yield resp("EVAL", GATE, 3, *keys, *args)
+            yield resp("XREAD", "COUNT", batch, "STREAMS", r, "%d-0" % (b0 + 1))
+            continue
         if dedup:
             for _, rid in ids:
                 yield resp("SET", "pelican:{floor}:req:" + rid, 'O{"i":0,"ok":true}', "GET",
@@ -180,6 +208,8 @@ def main():
     ap.add_argument("--batch", type=int, default=100)
     ap.add_argument("--dedup", action="store_true")
     ap.add_argument("--scripts", action="store_true")
+    ap.add_argument("--gate", action="store_true",
+                    help="dedup off, completions through the least atomic gate (a script)")
     ap.add_argument("--pelican", action="store_true")
     ap.add_argument("--cpu", action="store_true",
                     help="no valgrind: Redis' CPU time per request instead of instructions")
@@ -216,7 +246,7 @@ def main():
             a.dedup = True
             tail = [pelican_run(port, a.requests, a.batch, a.lua)]
         else:
-            data = b"".join(workload(a.requests, a.batch, a.dedup, a.scripts))
+            data = b"".join(workload(a.requests, a.batch, a.dedup, a.scripts, a.gate))
             p = subprocess.run(cli + ["--pipe"], input=data, capture_output=True)
             tail = p.stdout.decode().strip().splitlines()[-1:]
         used = cpu() - cpu0
@@ -227,7 +257,8 @@ def main():
         if srv.poll() is None:
             srv.kill()
     errors = [l for l in stats.splitlines() if "failed_calls=0" not in l and "calls=" in l]
-    what = f"dedup={a.dedup} scripts={a.scripts} pelican={a.pelican} batch={a.batch} requests={a.requests}"
+    what = (f"dedup={a.dedup} scripts={a.scripts} gate={a.gate} pelican={a.pelican} "
+            f"batch={a.batch} requests={a.requests}")
     if a.cpu:
         print(f"{what} redis_cpu_us_per_request={used / a.requests * 1e6:.2f} ({' '.join(tail)})")
     else:
