@@ -121,9 +121,14 @@ impl RawEntry {
 
     /// The request id the entry carries: its `head`'s, or, in the layout before `head`,
     /// its `rid` field.
+    /// A head that is not one (not UTF-8, not five parts) gives none, as the consumer
+    /// reads it.
     pub(crate) fn rid(&self) -> Option<&str> {
-        match self.get_str(HEAD_FIELD) {
-            Some(h) => EntryHead::parse(h).map(|h| h.rid),
+        match self.get(HEAD_FIELD) {
+            Some(h) => std::str::from_utf8(h)
+                .ok()
+                .and_then(EntryHead::parse)
+                .map(|h| h.rid),
             None => self.get_str("rid"),
         }
     }
