@@ -370,3 +370,74 @@ fn a_partitioned_queue_is_one_queue() {
     });
     drop(worker);
 }
+
+/// What a consumer holds is shown with each request's id, read from the entry's head or,
+/// in the layout before it, from its `rid` field.
+#[test]
+fn held_requests_show_their_ids_in_either_entry_layout() {
+    let env = Env::new("dash-held");
+    let q = keys(&env, &env.queue);
+    let mut c = redis::Client::open(env.server.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(q.stream())
+        .arg(q.group())
+        .arg("0")
+        .arg("MKSTREAM")
+        .query(&mut c)
+        .unwrap();
+    let deadline = (std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis()
+        + 600_000)
+        .to_string();
+    let head = format!("held;new;p1;{deadline};0;0");
+    for fields in [
+        vec![("head", head.as_str()), ("body", "{}")],
+        vec![
+            ("rid", "held-old"),
+            ("deadline", deadline.as_str()),
+            ("body", "{}"),
+        ],
+    ] {
+        let mut xadd = redis::cmd("XADD");
+        xadd.arg(q.stream()).arg("*");
+        for (k, v) in fields {
+            xadd.arg(k).arg(v);
+        }
+        let _: String = xadd.query(&mut c).unwrap();
+    }
+    // A consumer takes both and holds them.
+    let _: redis::Value = redis::cmd("XREADGROUP")
+        .arg("GROUP")
+        .arg(q.group())
+        .arg("worker-x")
+        .arg("COUNT")
+        .arg(2)
+        .arg("STREAMS")
+        .arg(q.stream())
+        .arg(">")
+        .query(&mut c)
+        .unwrap();
+    let d = Dashboard::start(&env, &[]);
+    d.wait_for_queue(&env.queue);
+    let mut rids: Vec<String> = Vec::new();
+    eventually_sync(DEADLINE, "worker-x's two held requests", || {
+        let one = get(&d.addr, &format!("/api/queues/{}", env.queue)).json();
+        rids = one["consumers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["name"] == "worker-x")
+            .flat_map(|c| c["held"].as_array().cloned().unwrap_or_default())
+            .filter_map(|h| h["rid"].as_str().map(str::to_string))
+            .collect();
+        rids.len() == 2
+    });
+    rids.sort();
+    assert_eq!(rids, ["held-old", "held;new"]);
+}
