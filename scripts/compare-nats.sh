@@ -37,7 +37,7 @@ done
 python3 - "$OUT" "$N" "$ROOT/scripts/lib" <<'PY'
 import sys
 sys.path.insert(0, sys.argv[3])
-from medians import load, med as median, noise_note, print_table
+from medians import load, med as median, noise_note, per_round, print_table
 
 out, n = sys.argv[1], sys.argv[2]
 labels = ["nats-core", "pelican-nodedup", "nats-js-file", "pelican-dedup"]
@@ -46,6 +46,8 @@ med = lambda label, key, sub=None: median(runs, label, key, sub)
 print_table(runs, n, labels, [("nodedup/core", "pelican-nodedup", "nats-core"),
                               ("dedup/js-file", "pelican-dedup", "nats-js-file")])
 print("Ratios: pelican without dedup / NATS core, pelican with dedup / JetStream-file.")
+per_round(runs, [("nodedup/core", "pelican-nodedup", "nats-core"),
+                 ("dedup/js-file", "pelican-dedup", "nats-js-file")])
 core, js = med("nats-core", "throughput_rps"), med("nats-js-file", "throughput_rps")
 checks = [
     ("throughput, dedup on >= 1.5x JetStream-file", med("pelican-dedup", "throughput_rps") / js if js else None, lambda x: x >= 1.5, "x"),

@@ -82,3 +82,16 @@ def noise_note(runs):
     others = [o for o in others if isinstance(o, (int, float))]
     if others and max(others) > 10:
         print(f"  note: 'other' CPU reached {max(others):.0f} % of a core in some run: the machine was busy, numbers are noisy")
+
+
+def per_round(runs, ratios, key="throughput_rps"):
+    """Each ratio (name, numerator label, denominator label) round by round: run i of the
+    numerator against run i of the denominator, run minutes apart in the same round, so
+    the machine's drift between rounds cancels. Printed as the rounds' ratios and their
+    median, beside the table's ratios of medians (which the targets are read on)."""
+    for name, num, den in ratios:
+        xs = [a.get(key) / b.get(key) for a, b in zip(runs[num], runs[den])
+              if isinstance(a.get(key), (int, float)) and b.get(key)]
+        if xs:
+            print(f"  per round, {name}: " + " ".join(f"{x:.2f}" for x in xs)
+                  + f" (median {statistics.median(xs):.2f})")
