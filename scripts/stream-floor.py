@@ -65,13 +65,13 @@ return 1
 
 # Without dedup, the least atomic gate: one call per batch, per request an XACK of its
 # own (only the first acknowledgement of a pending entry may push an outcome), then the
-# reply XADD of the winners and the trim. Reply id, trim bound, then per request stream
-# id, rid, outcome.
+# reply XADD of the winners and the trim. Reply id, trim bound, then per request rid,
+# stream id, outcome (as COMPLETE).
 GATE = """
 local pairs = {}
 for i = 3, #ARGV, 3 do
-  if redis.call('XACK', KEYS[1], 'pelican', ARGV[i]) == 1 then
-    pairs[#pairs + 1] = ARGV[i + 1]
+  if redis.call('XACK', KEYS[1], 'pelican', ARGV[i + 1]) == 1 then
+    pairs[#pairs + 1] = ARGV[i]
     pairs[#pairs + 1] = ARGV[i + 2]
   end
 end
@@ -79,6 +79,7 @@ redis.call('XADD', KEYS[3], 'NOMKSTREAM', 'MAXLEN', '~', 100000, ARGV[1], unpack
 redis.call('XTRIM', KEYS[1], 'MINID', '~', ARGV[2])
 return 1
 """
+OUTCOME = 'O{"i":0,"ok":true}'
 
 
 def workload(n, batch, dedup, scripts, gate=False):
@@ -88,50 +89,39 @@ def workload(n, batch, dedup, scripts, gate=False):
     yield resp("XADD", r, "1-0", "pelican", "reply stream created")
     ms = 1_800_000_000_000
     body = b'{"i":0,"data":"' + b"x" * 64 + b'"}'
+    pending = lambda sid: "P%s;%d;p1;" % (sid, ms + 60000)
     for b0 in range(0, n, batch):
-        ids = []
+        ids = [("%d-%d" % (ms, i), "%032x" % i) for i in range(b0, min(n, b0 + batch))]
+        # submit
         if scripts:
             args = []
-            for i in range(b0, min(n, b0 + batch)):
-                sid, rid = "%d-%d" % (ms, i), "%032x" % i
-                ids.append((sid, rid))
-                args += [rid, sid, "P%s;%d;p1;" % (sid, ms + 60000), body]
+            for sid, rid in ids:
+                args += [rid, sid, pending(sid), body]
             yield resp("EVAL", SUBMIT, 3, *keys, *args)
-            yield resp("XREADGROUP", "GROUP", g, "c", "COUNT", batch, "STREAMS", s, ">")
-            args = ["%d-0" % (b0 + 2), "%d-%d" % (ms, b0 + batch)]
+        else:
             for sid, rid in ids:
-                args += [rid, sid, 'O{"i":0,"ok":true}']
-            yield resp("EVAL", COMPLETE, 3, *keys, *args)
-            yield resp("XREAD", "COUNT", batch, "STREAMS", r, "%d-0" % (b0 + 1))
-            continue
-        for i in range(b0, min(n, b0 + batch)):
-            sid = "%d-%d" % (ms, i)
-            rid = "%032x" % i
-            ids.append((sid, rid))
-            if dedup:
-                yield resp("SET", "pelican:{floor}:req:" + rid, "P%s;%d;p1;" % (sid, ms + 60000),
-                           "NX", "GET", "PX", 120000)
-            yield resp("XADD", s, sid, "head", "%s;p1;%d;%d;%d" % (rid, ms + 60000, ms, 1 if dedup else 0),
-                       "body", body)
+                if dedup:
+                    yield resp("SET", keys[1] + rid, pending(sid), "NX", "GET", "PX", 120000)
+                head = "%s;p1;%d;%d;%d" % (rid, ms + 60000, ms, 1 if dedup else 0)
+                yield resp("XADD", s, sid, "head", head, "body", body)
         yield resp("XREADGROUP", "GROUP", g, "c", "COUNT", batch, "STREAMS", s, ">")
-        if gate:
+        # complete
+        if scripts or gate:
             args = ["%d-0" % (b0 + 2), "%d-%d" % (ms, b0 + batch)]
             for sid, rid in ids:
-                args += [sid, rid, 'O{"i":0,"ok":true}']
-            yield resp("EVAL", GATE, 3, *keys, *args)
-            yield resp("XREAD", "COUNT", batch, "STREAMS", r, "%d-0" % (b0 + 1))
-            continue
-        if dedup:
+                args += [rid, sid, OUTCOME]
+            yield resp("EVAL", COMPLETE if scripts else GATE, 3, *keys, *args)
+        else:
+            if dedup:
+                for _, rid in ids:
+                    yield resp("SET", keys[1] + rid, OUTCOME, "GET", "PX", 60000)
+            yield resp("XACK", s, g, *[sid for sid, _ in ids])
+            pairs = []
             for _, rid in ids:
-                yield resp("SET", "pelican:{floor}:req:" + rid, 'O{"i":0,"ok":true}', "GET",
-                           "PX", 60000)
-        yield resp("XACK", s, g, *[sid for sid, _ in ids])
-        pairs = []
-        for _, rid in ids:
-            pairs += [rid, 'O{"i":0,"ok":true}']
-        yield resp("XADD", r, "NOMKSTREAM", "MAXLEN", "~", 100000, "%d-0" % (b0 + 2), *pairs)
+                pairs += [rid, OUTCOME]
+            yield resp("XADD", r, "NOMKSTREAM", "MAXLEN", "~", 100000, "%d-0" % (b0 + 2), *pairs)
+            yield resp("XTRIM", s, "MINID", "~", "%d-%d" % (ms, b0 + batch))
         yield resp("XREAD", "COUNT", batch, "STREAMS", r, "%d-0" % (b0 + 1))
-        yield resp("XTRIM", s, "MINID", "~", "%d-%d" % (ms, b0 + batch))
 
 
 def read_reply(f):
@@ -187,7 +177,7 @@ def pelican_run(port, n, batch, lua):
         for sid, rid in zip(sids, rids):
             # the entry's deadline goes along since complete.lua takes sextuples
             deadline = [now + 60000] if sextuples else []
-            args += [sid, rid, "p1", *deadline, "1t", 'O{"i":0,"ok":true}']
+            args += [sid, rid, "p1", *deadline, "1t", OUTCOME]
         call("EVALSHA", shas["complete"], 3, *keys, *args)
         got = call("XREAD", "COUNT", 10, "STREAMS", keys[2] + "p1", last)
         if got:

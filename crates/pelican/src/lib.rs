@@ -111,6 +111,6 @@ pub use consumer::{Consumer, Stopper};
 pub use consumer::{Delivery, HandlerError, Job, LeaseLost};
 pub use error::{Error, ErrorKind, Result};
 pub use producer::{Producer, Submitted, Ticket};
-pub use protocol::entry::{EntryHead, HEAD_FIELD};
+pub use protocol::head::{EntryHead, HEAD_FIELD};
 pub use protocol::keys::Keys;
 pub use shared::JanitorReport;

@@ -11,7 +11,7 @@ use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::retry::{retry_idempotent, Backoff};
 use crate::conn::wire::into_result;
 use crate::error::{Error, Result};
-use crate::protocol::entry::HEAD_FIELD;
+use crate::protocol::head::{EntryHead, HEAD_FIELD};
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -227,7 +227,16 @@ async fn submit_plain(inner: &Inner, jobs: &[SubmitJob]) -> Answers {
             .arg(&sh.keys.stream)
             .arg("*")
             .arg(HEAD_FIELD)
-            .arg(format!("{};{};{};{now};0", j.rid, inner.id, j.deadline_ms));
+            .arg(
+                EntryHead {
+                    rid: &j.rid,
+                    from: &inner.id,
+                    deadline: &j.deadline_ms.to_string(),
+                    at: &now,
+                    index: "0",
+                }
+                .to_string(),
+            );
         if let Some(tp) = &j.tp {
             pipe.arg(crate::trace::FIELD).arg(tp);
         }

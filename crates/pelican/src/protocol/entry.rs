@@ -1,5 +1,6 @@
 //! Stream entries as Redis returns them, and the request they carry.
 
+use super::head::{EntryHead, HEAD_FIELD};
 use crate::codec::{Codec, CodecError};
 use bytes::Bytes;
 use redis::Value;
@@ -14,71 +15,6 @@ use std::sync::Arc;
 pub(crate) struct RawEntry {
     pub(crate) id: Arc<str>,
     pub(crate) fields: Vec<(Bytes, Bytes)>,
-}
-
-/// The name of a request entry's `head` field: its request id, producer, deadline,
-/// submission time and index flag in one value, `<rid>;<from>;<deadline>;<at>;<index>`
-/// (docs/PROTOCOL.md, "Entries"). One field where there were five: every field is an
-/// argument Redis parses and stores on `XADD` and a name and a value it writes into
-/// every read of the entry, and the five cost Redis a sixth of its instructions per
-/// request without dedup.
-pub const HEAD_FIELD: &str = "head";
-
-/// A request entry's `head` field, split into its parts as written (nothing checked:
-/// the consumer checks each part before it serves the entry). The request id comes
-/// first and may itself hold `;`, so the other parts are taken from the right; a
-/// producer's id never holds one.
-///
-/// ```
-/// let h = pelican::EntryHead::parse("r;1;p7;1796207341130;1796207331130;0").unwrap();
-/// assert_eq!(h.rid, "r;1");
-/// assert_eq!(h.from, "p7");
-/// assert_eq!(h.deadline, "1796207341130");
-/// assert_eq!(h.at, "1796207331130");
-/// assert_eq!(h.index, "0");
-/// assert!(pelican::EntryHead::parse("r1;p7;1796207341130").is_none());
-/// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct EntryHead<'a> {
-    /// The request id.
-    pub rid: &'a str,
-    /// The submitting producer's id (its reply stream).
-    pub from: &'a str,
-    /// The deadline, milliseconds since the epoch in decimal digits.
-    pub deadline: &'a str,
-    /// The submission time, milliseconds since the epoch in decimal digits (anything else
-    /// reads as unknown).
-    pub at: &'a str,
-    /// `1` when a `req:<rid>` key tracks the request (dedup on), `0` otherwise.
-    pub index: &'a str,
-}
-
-impl<'a> EntryHead<'a> {
-    /// The parts of `head`; `None` unless it has all five (four `;` at least).
-    pub fn parse(head: &'a str) -> Option<EntryHead<'a>> {
-        // By hand, byte by byte from the end: `rsplitn`'s searcher was 4 % of a
-        // worker's instructions per request. `;` is ASCII, so every cut is on a char
-        // boundary.
-        let bytes = head.as_bytes();
-        let mut end = head.len();
-        let mut cut = || {
-            let at = bytes[..end].iter().rposition(|&b| b == b';')?;
-            let part = &head[at + 1..end];
-            end = at;
-            Some(part)
-        };
-        let index = cut()?;
-        let at = cut()?;
-        let deadline = cut()?;
-        let from = cut()?;
-        Some(EntryHead {
-            rid: &head[..end],
-            from,
-            deadline,
-            at,
-            index,
-        })
-    }
 }
 
 /// The names of the fields of a request entry (docs/PROTOCOL.md, "Entries"), those of
@@ -119,18 +55,28 @@ impl RawEntry {
         self.get(name).and_then(|v| std::str::from_utf8(v).ok())
     }
 
-    /// The request id the entry carries: its `head`'s, or, in the layout before `head`,
-    /// its `rid` field.
-    /// A head that is not one (not UTF-8, not five parts) gives none, as the consumer
-    /// reads it.
-    pub(crate) fn rid(&self) -> Option<&str> {
+    /// The request's head, from its `head` field or, in the layout before it, from the
+    /// fields `rid`, `from`, `deadline`, `at` and `index` (a missing or non-UTF-8 one read
+    /// as empty); `None` for a `head` that is not one (not UTF-8, not five parts).
+    pub(crate) fn head(&self) -> Option<EntryHead<'_>> {
         match self.get(HEAD_FIELD) {
-            Some(h) => std::str::from_utf8(h)
-                .ok()
-                .and_then(EntryHead::parse)
-                .map(|h| h.rid),
-            None => self.get_str("rid"),
+            Some(h) => std::str::from_utf8(h).ok().and_then(EntryHead::parse),
+            None => {
+                let part = |name| self.get_str(name).unwrap_or("");
+                Some(EntryHead {
+                    rid: part("rid"),
+                    from: part("from"),
+                    deadline: part("deadline"),
+                    at: part("at"),
+                    index: part("index"),
+                })
+            }
         }
+    }
+
+    /// The request id the entry carries, if any (see [`RawEntry::head`]).
+    pub(crate) fn rid(&self) -> Option<&str> {
+        self.head().map(|h| h.rid).filter(|r| !r.is_empty())
     }
 }
 
@@ -352,36 +298,18 @@ impl Request {
             return Err("the entry has no fields (deleted from the stream while pending?)".into());
         }
         // The entry's head: one field, or five in the layout before it (still served,
-        // for entries written by an earlier build).
-        let (rid, from, deadline, at, index, rid_what, deadline_what) = match e.get(HEAD_FIELD) {
-            Some(h) => {
-                let h = std::str::from_utf8(h)
-                    .ok()
-                    .and_then(EntryHead::parse)
-                    .ok_or(
-                    "entry has a malformed 'head' field (not <rid>;<from>;<deadline>;<at>;<index>)",
-                )?;
-                (
-                    Some(h.rid),
-                    h.from,
-                    Some(h.deadline.as_bytes()),
-                    Some(h.at.as_bytes()),
-                    Some(h.index.as_bytes()),
-                    "request id in its 'head' field",
-                    "deadline in its 'head' field",
-                )
-            }
-            None => (
-                e.get_str("rid"),
-                e.get_str("from").unwrap_or(""),
-                e.get("deadline"),
-                e.get("at"),
-                e.get("index"),
-                "'rid' field",
-                "'deadline' field",
+        // for entries written by an earlier build); the reasons name where each part was.
+        let (rid_what, deadline_what) = match e.get(HEAD_FIELD) {
+            Some(_) => (
+                "request id in its 'head' field",
+                "deadline in its 'head' field",
             ),
+            None => ("'rid' field", "'deadline' field"),
         };
-        let rid = rid
+        let h = e.head().ok_or(
+            "entry has a malformed 'head' field (not <rid>;<from>;<deadline>;<at>;<index>)",
+        )?;
+        let rid = Some(h.rid)
             .filter(|r| !r.is_empty())
             .ok_or_else(|| format!("entry has no valid {rid_what}"))?;
         // The rules a producer's ids follow; anything else was written by someone else,
@@ -389,12 +317,12 @@ impl Request {
         crate::config::validate_request_id(rid)
             .map_err(|e| format!("entry has an invalid {rid_what}: {}", e.message()))?;
         let rid: Arc<str> = rid.into();
-        let from = producers.get(from);
-        let indexed = index == Some(b"1");
-        let deadline_ms = deadline.and_then(digits).ok_or_else(|| {
+        let from = producers.get(h.from);
+        let indexed = h.index == "1";
+        let deadline_ms = digits(h.deadline.as_bytes()).ok_or_else(|| {
             format!("entry has no valid {deadline_what} (milliseconds since the epoch)")
         })?;
-        let submitted_ms = at.and_then(digits).unwrap_or(0);
+        let submitted_ms = digits(h.at.as_bytes()).unwrap_or(0);
         let stored_body = e.get("bref") == Some(b"1");
         let body_len = e.get("body").map(<[u8]>::len);
         match body_len {
@@ -539,27 +467,6 @@ mod tests {
                 doc.contains(&row),
                 "{row} in docs/PROTOCOL.md's entry fields"
             );
-        }
-    }
-
-    /// A head is split from the right: the request id keeps its own `;`, parts may be
-    /// empty, and fewer than five parts is no head.
-    #[test]
-    fn a_head_is_split_from_the_right() {
-        let h = EntryHead::parse("a;b;c;p;1;2;1").unwrap();
-        assert_eq!(
-            (h.rid, h.from, h.deadline, h.at, h.index),
-            ("a;b;c", "p", "1", "2", "1")
-        );
-        let h = EntryHead::parse(";;;;").unwrap();
-        assert_eq!(
-            (h.rid, h.from, h.deadline, h.at, h.index),
-            ("", "", "", "", "")
-        );
-        let h = EntryHead::parse("é;p;1;2;0").unwrap();
-        assert_eq!(h.rid, "é");
-        for bad in ["", "r", "r;p;1;2", ";;;"] {
-            assert_eq!(EntryHead::parse(bad), None, "{bad:?}");
         }
     }
 

@@ -3,11 +3,13 @@
 //!
 //! - [`keys`]: every key of a queue.
 //! - [`entry`]: request stream entries (and the RESP values they arrive in).
+//! - [`head`]: an entry's `head` field, the request's own facts in one value.
 //! - [`index`]: the value of a request's state key, `req:<rid>`.
 //! - [`outcome`]: an outcome as it is stored and pushed.
 //! - [`scripts`]: the Lua scripts (`lua/*.lua`), one typed call per script.
 
 pub(crate) mod entry;
+pub(crate) mod head;
 pub(crate) mod index;
 pub(crate) mod keys;
 pub(crate) mod outcome;

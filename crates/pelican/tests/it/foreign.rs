@@ -6,12 +6,7 @@
 use crate::common::*;
 use pelican::{Admin, Producer, Submitted};
 use pelican_testkit::{eventually, RedisServer};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn in_a_minute() -> String {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    (now.as_millis() + 60_000).to_string()
-}
+use std::time::Duration;
 
 /// requeue.lua read the request key with `redis.call('GET')` after its XADD: a key of
 /// another type aborted the script with the entry added and the dead letter kept, so

@@ -6,12 +6,7 @@ use crate::common::*;
 use pelican::{Admin, ErrorKind, Producer};
 use pelican_testkit::{eventually, RedisServer};
 use std::collections::HashMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
-
-fn in_a_minute() -> String {
-    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
-    (now.as_millis() + 60_000).to_string()
-}
+use std::time::Duration;
 
 /// The fields of a raw stream entry.
 type Fields<'a> = Vec<(&'a str, &'a [u8])>;

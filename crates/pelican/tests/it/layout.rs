@@ -6,17 +6,10 @@
 use crate::common::*;
 use pelican::{Consumer, EntryHead, Producer};
 use pelican_testkit::RedisServer;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 /// An XRANGE reply: entries of id and fields.
 type Entries = Vec<(String, Vec<(String, Vec<u8>)>)>;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as u64
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producers_write_a_head_and_entries_of_the_earlier_layout_are_served_alike() {

@@ -54,6 +54,19 @@ pub struct Resp {
     pub by: String,
 }
 
+/// The wall clock in ms since the epoch, as entries carry times.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// A deadline a minute from now, in digits, as an entry carries it.
+pub fn in_a_minute() -> String {
+    (now_ms() + 60_000).to_string()
+}
+
 /// A queue config with short timings for tests.
 pub fn queue(server: &RedisServer, name: &str) -> QueueConfig {
     QueueConfig::new(server.url(), unique_name(name))
