@@ -109,13 +109,20 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
     Ok(())
 }
 
-/// `bench-<pid>-<nanos>`: a queue of its own for every run.
+/// `bench-<8 hex digits>`, from the process id and the clock: a queue of its own for
+/// every run, under a name as short as the queues users name. Every key of the queue
+/// carries the name and Redis hashes each key's bytes on every lookup (and Lua every
+/// string a script sees): the earlier `bench-<pid>-<nanos>`, 30 characters, cost 3-4 %
+/// more of Redis' instructions per request (BENCHMARKS.md, session W).
 fn queue_name() -> String {
+    use std::hash::{Hash, Hasher};
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("bench-{}-{nanos}", std::process::id())
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    (nanos, std::process::id()).hash(&mut h);
+    format!("bench-{:08x}", h.finish() as u32)
 }
 
 fn progress_bar(json: bool) -> ProgressBar {

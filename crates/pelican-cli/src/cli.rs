@@ -120,7 +120,7 @@ pub enum Command {
     /// Measure throughput and latency with the BullMQ peer benchmark's workload.
     ///
     /// One producer (this process) and --workers worker processes on a fresh queue
-    /// (bench-<pid>-<nanos>; --queue is not used). Payload {"i": N, "data": "<64 x>"},
+    /// (bench-<8 hex digits>; --queue is not used). Payload {"i": N, "data": "<64 x>"},
     /// answer {"i": N, "ok": true}, every answer checked. Warm-up (not measured),
     /// throughput (closed loop of --inflight lanes), latency (one request at a time).
     /// Needs a Redis on this machine (--redis, loopback only); the queue's keys are
