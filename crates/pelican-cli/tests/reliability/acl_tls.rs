@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 /// The rules of the least-privilege user, after `ACL SETUSER <name> on ><password>`.
 /// README.md ("Running with least privilege") shows the same line.
 pub const ACL_RULES: &str = "resetkeys ~pelican:* resetchannels -@all \
-    +ping +evalsha +script|load \
+    +ping +evalsha +script|load +multi +exec \
     +get +set +getdel +append +del +exists +mget +rename +strlen +getrange +pexpire +pttl +scan \
     +xadd +xack +xdel +xclaim +xpending +xrange +xlen +xtrim +xinfo +xgroup +xread +xreadgroup";
 

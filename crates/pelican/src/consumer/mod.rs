@@ -6,6 +6,7 @@
 //! and releases into one script call each), one maintenance task (lease renewal,
 //! janitor).
 
+mod atomic;
 mod delivery;
 mod fetch;
 mod lease;

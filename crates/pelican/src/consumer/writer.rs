@@ -46,10 +46,10 @@ pub(crate) struct Completion {
     /// Small enough to wait for a trim (see `complete.lua`).
     pub(crate) small: bool,
     /// A response of `STORED_ANSWER_MIN` bytes or more is stored beside the stream
-    /// (docs/PROTOCOL.md, "Stored answers"): SET under a new name in the same write as
-    /// each call that records it, the outcome naming it. A new name each time: a call
-    /// that failed on the way may have recorded its outcome, and the call sent again must
-    /// not delete that answer when it loses.
+    /// (docs/PROTOCOL.md, "Stored answers"): SET under a new name in the same write and
+    /// transaction as each call that records it, the outcome naming it. A new name each
+    /// time: a call that failed on the way may have recorded its outcome, and the call
+    /// sent again must not delete that answer when it loses.
     pub(crate) outcome: Outcome,
     pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
     /// Handed over without waiting ([`crate::Consumer::serve`]): the delivery's prefetch
@@ -372,9 +372,9 @@ async fn release(
 }
 
 /// Runs a script call on the writer's own connection, after the SETs of `answers` in the
-/// same write, opening the connection when needed ([`crate::conn::on_own`]: one that
-/// failed, or whose partition's slot is served elsewhere now, is dropped, and the next
-/// call opens a new one).
+/// same write and the same transaction (`atomic.rs`), opening the connection when needed
+/// ([`crate::conn::on_own`]: one that failed, or whose partition's slot is served
+/// elsewhere now, is dropped, and the next call opens a new one).
 async fn eval_own<R>(
     inner: &WriterTask,
     conn: &mut Option<OwnConn>,
@@ -387,7 +387,7 @@ async fn eval_own<R>(
         if answers.is_empty() {
             call.invoke_on(c, &mut sh.conn()).await
         } else {
-            call.invoke_after_on(c, &mut sh.conn(), answers).await
+            super::atomic::invoke_with_answers(call, c, &mut sh.conn(), answers).await
         }
     })
     .await
