@@ -72,10 +72,20 @@ pub(super) async fn fetcher(inner: Arc<Inner>, mut rx: mpsc::UnboundedReceiver<A
             }
         }
         // Those still waited for, once each (the reply and a sweep may both name one).
+        let mut unread = Vec::new();
         {
             let st = inner.state.lock().unwrap();
             let mut seen = HashSet::new();
-            jobs.retain(|j| st.pending.contains_key(j.rid.as_str()) && seen.insert(j.rid.clone()));
+            jobs.retain(|j| {
+                let wanted = st.pending.contains_key(j.rid.as_str()) && seen.insert(j.rid.clone());
+                if !wanted && !j.indexed {
+                    unread.push(j.name.clone());
+                }
+                wanted
+            });
+        }
+        if let Err(keys) = delete_unread(&inner, unread, &jobs).await {
+            undeleted.add(keys);
         }
         if jobs.is_empty() {
             continue;
@@ -163,6 +173,31 @@ async fn fetch(inner: &Inner, part: &[&AnswerJob]) -> RedisResult<Vec<Option<Vec
     }
     let reply = query(inner, &cmd).await?;
     Ok(entry::mget_values(reply))
+}
+
+/// Deletes the answers of `names` that no waiter will read: without dedup, an answer is
+/// read by the one producer it is pushed to, and cached nowhere. Such an outcome is one
+/// of a request this producer no longer waits for (its call failed, its submission cut
+/// off after Redis had queued it; or it gave up), or a second outcome of one it does
+/// (run twice after a failover lost the first completion). Left, they would stay for
+/// the result ttl and a minute. Only names of stored answers (`a<sid>.<token>.<n>`: a
+/// forged reply naming another key under the body prefix is ignored), and none that a
+/// job of `kept` is about to read.
+async fn delete_unread(
+    inner: &Inner,
+    mut names: Vec<String>,
+    kept: &[AnswerJob],
+) -> Result<(), Vec<String>> {
+    names.retain(|n| n.starts_with('a') && !kept.iter().any(|j| j.name == *n));
+    if names.is_empty() {
+        return Ok(());
+    }
+    tracing::debug!(
+        n = names.len(),
+        "deleting stored answers no waiter reads (a call that failed or gave up, or a request run twice)"
+    );
+    let keys = names.iter().map(|n| inner.shared.keys.body(n)).collect();
+    delete_read(inner, keys).await
 }
 
 /// Deletes answers read that nothing else needs. Gives the keys back when the DEL may

@@ -136,11 +136,15 @@ impl Inner {
     }
 
     /// Hands an outcome to every local waiter of `rid`; a stored answer is fetched
-    /// first (`answers.rs`).
+    /// first (`answers.rs`). Without dedup, the stored answer of a request nobody here
+    /// waits for goes to the fetcher too, which deletes it: this producer was its only
+    /// reader (its call failed or gave up, or the request ran twice), and nothing caches
+    /// it. With dedup it is the request's cached outcome, left to its ttl.
     pub(crate) fn resolve(&self, rid: &str, resolution: Resolution) {
         if let Ok(Outcome::Stored { len, name }) = resolution {
             let indexed = match self.state.lock().unwrap().pending.get(rid) {
                 Some(p) => p.indexed,
+                None if !self.config.dedup => false,
                 None => return,
             };
             let _ = self.answer_tx.send(AnswerJob {

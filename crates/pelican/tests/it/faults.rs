@@ -255,3 +255,69 @@ async fn calls_go_on_after_the_scripts_are_flushed() {
     assert_eq!(out.unwrap(), echo(&req, "w"));
     w.stop().await;
 }
+
+/// Without dedup, a submission whose reply is cut off after Redis queued it fails its
+/// call (it is not sent again: it could be queued twice), and the request runs all the
+/// same. Its large answer is pushed to a producer that no longer waits for it, the only
+/// one that could read it: the producer deletes it, as it deletes every answer it reads
+/// (before, it stayed for the result ttl and a minute; the failover scenario of the
+/// reliability suite left one that way).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_answer_to_a_call_cut_off_after_its_request_was_queued_is_deleted() {
+    logs();
+    let server = RedisServer::start();
+    let proxy = Proxy::start(server.port());
+    let direct = queue(&server, "cut-queued");
+    let probe = Probe::new(&server, &direct).await;
+    // The worker reads directly; the producer goes through the proxy. A 5 KB answer is
+    // stored beside the stream.
+    let (w, runs, gate) = Worker::gated(&direct, fast_consumer(), "a".repeat(5000)).await;
+    let p = Producer::<Req, Resp>::connect(via(&proxy, &direct), fast_producer().with_dedup(false))
+        .await
+        .unwrap();
+    let replies = direct.keys().reply(p.id());
+    // A second each way through the proxy: the submission reaches Redis, and the
+    // connection is cut while its reply is on the way back.
+    proxy.set_latency(Duration::from_secs(1));
+    let call = tokio::spawn({
+        let p = p.clone();
+        async move { p.call(&Req::new(1, "cut off")).await }
+    });
+    pelican_testkit::eventually(Duration::from_secs(10), "the request to be run", || {
+        let n = runs.total();
+        async move { n == 1 }
+    })
+    .await;
+    proxy.cut_all();
+    proxy.set_latency(Duration::ZERO);
+    let e = within(Duration::from_secs(10), "the call to fail", call)
+        .await
+        .expect("call task")
+        .expect_err("its reply was cut off");
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
+    gate.open();
+    // The outcome is recorded, naming its stored answer, and pushed to the producer.
+    pelican_testkit::eventually(Duration::from_secs(10), "the outcome pushed", || {
+        let probe = &probe;
+        let replies = &replies;
+        async move {
+            let entries: Vec<(String, Vec<Vec<u8>>)> = probe
+                .query(redis::cmd("XRANGE").arg(replies).arg("-").arg("+"))
+                .await;
+            // pairs of request id and outcome; `A<length>:<name>` names a stored answer
+            entries
+                .iter()
+                .flat_map(|(_, pairs)| pairs.iter().skip(1).step_by(2))
+                .any(|outcome| outcome.first() == Some(&b'A'))
+        }
+    })
+    .await;
+    pelican_testkit::eventually(Duration::from_secs(10), "the unread answer deleted", || {
+        let left = stored_answers(&server, &direct);
+        async move { left.is_empty() }
+    })
+    .await;
+    assert_eq!(runs.total(), 1);
+    w.stop().await;
+    p.shutdown().await.unwrap();
+}
