@@ -117,18 +117,23 @@ async fn settled(cluster: &RedisCluster, queue: &str) {
 }
 
 /// Waits (30 s deadline) until no partition holds a stored answer, the producer still
-/// running. Without dedup the producer deletes each stored answer it reads; a DEL refused
-/// because its slot was moving is sent again after a backoff (`Undeleted`, in the
-/// producer's `answers.rs`), which may come after the load has ended.
+/// running. Without dedup the producer deletes each stored answer it reads, and the answer
+/// of an outcome it no longer waits for; a DEL refused because its slot was moving is
+/// sent again after a backoff (`Undeleted`, in the producer's `answers.rs`), which may
+/// come after the load has ended. On a timeout, the answers left are printed with their
+/// ttl (how long ago they were written: the ttl is the result ttl and a minute).
 async fn read_answers_deleted(cluster: &RedisCluster, queue: &str) {
+    let left = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let _report = LeftOnPanic(left.clone());
     eventually(
         Duration::from_secs(30),
         "the stored answers read to be deleted",
         || async {
+            let mut found = Vec::new();
             for (names, mut c) in partition_masters(cluster, queue).await {
                 let mut cursor = 0u64;
                 loop {
-                    let (next, found): (u64, Vec<String>) = redis::cmd("SCAN")
+                    let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
                         .arg(cursor)
                         .arg("MATCH")
                         .arg(names.body("a*"))
@@ -137,8 +142,13 @@ async fn read_answers_deleted(cluster: &RedisCluster, queue: &str) {
                         .query_async(&mut c)
                         .await
                         .expect("SCAN");
-                    if !found.is_empty() {
-                        return false;
+                    for k in keys {
+                        let ttl: i64 = redis::cmd("PTTL")
+                            .arg(&k)
+                            .query_async(&mut c)
+                            .await
+                            .expect("PTTL");
+                        found.push(format!("{k} (ttl {ttl} ms)"));
                     }
                     if next == 0 {
                         break;
@@ -146,10 +156,23 @@ async fn read_answers_deleted(cluster: &RedisCluster, queue: &str) {
                     cursor = next;
                 }
             }
-            true
+            let done = found.is_empty();
+            *left.lock().unwrap() = found;
+            done
         },
     )
     .await;
+}
+
+/// Prints the stored answers last seen if the wait for their deletion panics.
+struct LeftOnPanic(Arc<std::sync::Mutex<Vec<String>>>);
+
+impl Drop for LeftOnPanic {
+    fn drop(&mut self) {
+        if let (true, Ok(left)) = (std::thread::panicking(), self.0.lock()) {
+            eprintln!("stored answers left: {left:#?}");
+        }
+    }
 }
 
 /// The memory check of a partitioned queue: every partition's keys on the master that
