@@ -112,8 +112,9 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
 /// `bench-<8 hex digits>`, from the process id and the clock: a queue of its own for
 /// every run, under a name as short as the queues users name. Every key of the queue
 /// carries the name and Redis hashes each key's bytes on every lookup (and Lua every
-/// string a script sees): the earlier `bench-<pid>-<nanos>`, 30 characters, cost 3-4 %
-/// more of Redis' instructions per request (BENCHMARKS.md, session W).
+/// string a script sees): the earlier `bench-<pid>-<nanos>`, 30 characters, cost 4 % more
+/// of Redis' instructions per request with dedup on (an index key per request), under 1 %
+/// without (BENCHMARKS.md, session W).
 fn queue_name() -> String {
     use std::hash::{Hash, Hasher};
     let nanos = SystemTime::now()
