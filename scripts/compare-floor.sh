@@ -50,14 +50,7 @@ for c in redis-server redis-benchmark python3; do
   command -v "$c" >/dev/null || die "$c not found"
 done
 
-if [ -n "${PELICAN_BIN:-}" ]; then
-  [ -x "$PELICAN_BIN" ] || die "PELICAN_BIN=$PELICAN_BIN is not an executable"
-  PELICAN="$PELICAN_BIN"
-else
-  say "building the release binary (cargo build --release -p pelican-cli)"
-  cargo build --release -p pelican-cli >&2 || die "cargo build failed"
-  PELICAN="$ROOT/target/release/pelican"
-fi
+. "$ROOT/scripts/lib/pelican-bin.sh"
 
 BINS=("$PELICAN")
 if [ -n "${PELICAN_BIN_B:-}" ]; then

@@ -21,12 +21,7 @@ PELICAN_ARGS="${PELICAN_ARGS:-}"
 say() { echo "compare-partitions.sh: $*" >&2; }
 die() { say "$*"; exit 1; }
 [[ "$N" =~ ^[1-9][0-9]*$ ]] || die "usage: $0 [N] [P...]"
-if [ -n "${PELICAN_BIN:-}" ]; then
-  PELICAN="$PELICAN_BIN"
-else
-  cargo build --release -p pelican-cli >&2 || die "cargo build failed"
-  PELICAN="$ROOT/target/release/pelican"
-fi
+. "$ROOT/scripts/lib/pelican-bin.sh"
 [ "$(redis-cli -p 6379 ping 2>/dev/null)" = PONG ] || die "no Redis on 127.0.0.1:6379"
 
 DIR="$(mktemp -d -t pelican-cluster.XXXXXX)"

@@ -44,14 +44,7 @@ if [ "$CALLGRIND" = "1" ]; then
   N=1
 fi
 
-if [ -n "${PELICAN_BIN:-}" ]; then
-  [ -x "$PELICAN_BIN" ] || die "PELICAN_BIN=$PELICAN_BIN is not an executable"
-  PELICAN="$PELICAN_BIN"
-else
-  say "building the release binary (cargo build --release -p pelican-cli)"
-  cargo build --release -p pelican-cli >&2 || die "cargo build failed"
-  PELICAN="$ROOT/target/release/pelican"
-fi
+. "$ROOT/scripts/lib/pelican-bin.sh"
 
 # name and server binary, Redis 7.0 from PATH first
 SERVERS=("redis7 $(command -v redis-server)")

@@ -21,15 +21,7 @@ say() { echo "$NAME: $*" >&2; }
 [ -x "$PEERS/$PEER_RUN" ] || die "no $PEER_NAME benchmark at $PEERS/$PEER_RUN (set PEERS=<peers folder>)"
 command -v python3 >/dev/null || die "python3 not found (it does the medians)"
 
-if [ -n "${PELICAN_BIN:-}" ]; then
-  [ -x "$PELICAN_BIN" ] || die "PELICAN_BIN=$PELICAN_BIN is not an executable"
-  PELICAN="$PELICAN_BIN"
-  say "measuring $PELICAN (PELICAN_BIN)"
-else
-  say "building the release binary (cargo build --release -p pelican-cli)"
-  cargo build --release -p pelican-cli >&2 || die "cargo build failed"
-  PELICAN="$ROOT/target/release/pelican"
-fi
+. "$ROOT/scripts/lib/pelican-bin.sh"
 
 OUT="$(mktemp -d -t "$NAME.XXXXXX")"
 trap 'rm -rf "$OUT"' EXIT
