@@ -70,7 +70,11 @@ pub(super) async fn maintenance(weak: std::sync::Weak<Inner>) {
             } else {
                 inner.config.sweep_interval
             };
-            match sweep(&inner, min_age).await {
+            let swept = match sweep(&inner, min_age).await {
+                Ok(()) => sweep_unindexed(&inner, min_age).await,
+                Err(e) => Err(e),
+            };
+            match swept {
                 Ok(()) => last_sweep = Instant::now(),
                 Err(e) => {
                     tracing::debug!(error = %format_args!("{e:#}"), "sweep failed; will retry");
@@ -125,4 +129,107 @@ async fn sweep(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Requests without an index (dedup off) store no outcome to look up, but a request Redis
+/// lost (a submission the old master acknowledged and never passed on before a failover,
+/// or Redis restarted without persistence) can still be told from one that finished:
+/// `complete.lua` removes a finished entry from the stream and pushes its outcome in one
+/// script, so an entry gone from the stream whose outcome is neither in this producer's
+/// reply stream nor read already was never finished. Such a request is submitted again
+/// (it may run twice if Redis lost only its outcome, as any request without dedup may
+/// run twice). Looked at: requests waiting at least `min_age`, queued, whose outcome is
+/// not being fetched, with time left.
+async fn sweep_unindexed(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
+    let due: Vec<(Arc<str>, String)> = {
+        let st = inner.state.lock().unwrap();
+        let now = now_ms();
+        st.pending
+            .iter()
+            .filter(|(_, p)| {
+                !p.indexed
+                    && p.queued
+                    && !p.answer_fetching
+                    && p.deadline_ms > now
+                    && p.started.elapsed() >= min_age
+            })
+            .filter_map(|(rid, p)| Some((rid.clone(), p.sid.clone()?)))
+            .collect()
+    };
+    if due.is_empty() {
+        return Ok(());
+    }
+    let sh = &inner.shared;
+    let err = |e| Error::redis("sweeping for lost requests", e);
+    let mut gone = Vec::new();
+    for chunk in due.chunks(500) {
+        let mut pipe = redis::pipe();
+        for (_, sid) in chunk {
+            pipe.cmd("XRANGE")
+                .arg(sh.keys.stream())
+                .arg(sid)
+                .arg(sid)
+                .arg("COUNT")
+                .arg(1);
+        }
+        let found: Vec<redis::Value> = pipe.query_async(&mut sh.conn()).await.map_err(err)?;
+        for (job, entries) in chunk.iter().zip(found) {
+            if matches!(entries, redis::Value::Array(ref a) if a.is_empty()) {
+                gone.push(job);
+            }
+        }
+    }
+    if gone.is_empty() {
+        return Ok(());
+    }
+    // Read after the entries were found gone: an outcome pushed with their removal is here,
+    // unless the reply reader read it (and resolved its request) and the stream was trimmed.
+    let replies: redis::Value = redis::cmd("XRANGE")
+        .arg(&inner.reply_key)
+        .arg("-")
+        .arg("+")
+        .query_async(&mut sh.conn())
+        .await
+        .map_err(err)?;
+    let answered = reply_rids(&replies);
+    for (rid, sid) in gone {
+        if answered.contains(rid.as_bytes()) {
+            continue;
+        }
+        let lost = {
+            let st = inner.state.lock().unwrap();
+            st.pending.get(rid).is_some_and(|p| {
+                p.queued && !p.answer_fetching && p.sid.as_deref() == Some(sid.as_str())
+            })
+        };
+        if lost {
+            inner.resubmit(
+                rid,
+                "request without an index unknown to Redis (lost in a failover or a restart?); submitting it again",
+            );
+        }
+    }
+    Ok(())
+}
+
+/// The request ids in an `XRANGE` reply of a reply stream: each entry's field names
+/// (its fields are pairs of a request id and an outcome).
+fn reply_rids(v: &redis::Value) -> std::collections::HashSet<&[u8]> {
+    use redis::Value;
+    let mut out = std::collections::HashSet::new();
+    let Value::Array(entries) = v else {
+        return out;
+    };
+    for e in entries {
+        let Value::Array(parts) = e else { continue };
+        let Some(Value::Array(fields)) = parts.get(1) else {
+            continue;
+        };
+        for f in fields.iter().step_by(2) {
+            if let Value::BulkString(rid) = f {
+                out.insert(rid.as_slice());
+            }
+        }
+    }
+    out
 }

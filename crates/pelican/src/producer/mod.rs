@@ -342,6 +342,7 @@ where
                             expiry_resubmits: 0,
                             tp: tp.clone(),
                             lost_answers: 0,
+                            answer_fetching: false,
                         },
                     );
                     false

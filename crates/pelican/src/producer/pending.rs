@@ -67,6 +67,9 @@ pub(crate) struct Pending {
     /// Times this request was submitted again because its stored answer was gone
     /// (`answers.rs`).
     pub(crate) lost_answers: u8,
+    /// Its outcome came and names a stored answer, being fetched: the request is
+    /// finished in Redis, not lost (the sweep of requests without an index).
+    pub(crate) answer_fetching: bool,
 }
 
 impl Pending {
@@ -142,8 +145,11 @@ impl Inner {
     /// it. With dedup it is the request's cached outcome, left to its ttl.
     pub(crate) fn resolve(&self, rid: &str, resolution: Resolution) {
         if let Ok(Outcome::Stored { len, name }) = resolution {
-            let indexed = match self.state.lock().unwrap().pending.get(rid) {
-                Some(p) => p.indexed,
+            let indexed = match self.state.lock().unwrap().pending.get_mut(rid) {
+                Some(p) => {
+                    p.answer_fetching = true;
+                    p.indexed
+                }
                 None if !self.config.dedup => false,
                 None => return,
             };
@@ -205,11 +211,16 @@ impl Inner {
     }
 
     /// Submits request `rid` again as it was first submitted (Redis lost it, or its
-    /// answer), if it is still waited for; `why` is logged.
+    /// answer), if it is still waited for; `why` is logged. It counts as not queued
+    /// until Redis takes it again (a sweep meanwhile leaves it alone).
     pub(crate) fn resubmit(&self, rid: &str, why: &str) {
         let job = {
-            let st = self.state.lock().unwrap();
-            let Some(p) = st.pending.get(rid) else { return };
+            let mut st = self.state.lock().unwrap();
+            let Some(p) = st.pending.get_mut(rid) else {
+                return;
+            };
+            p.queued = false;
+            p.answer_fetching = false;
             p.submit_again(rid)
         };
         tracing::info!(rid, "{why}");

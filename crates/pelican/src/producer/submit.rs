@@ -425,10 +425,19 @@ fn finish_submits(inner: &Inner, jobs: Vec<SubmitJob>, answers: Answers) {
         Err(e) => {
             tracing::warn!(error = %format_args!("{e:#}"), n = jobs.len(), "submission failed");
             for mut job in jobs {
+                let Some(ack) = job.ack.take() else {
+                    // Submitted again by the producer itself (Redis lost the request or
+                    // its answer; its index expired early): the caller did not ask, so
+                    // its call does not fail for it. The next sweep looks again (and
+                    // submits it again if Redis still does not have it); the caller's
+                    // own timeout bounds the wait.
+                    if let Some(p) = inner.state.lock().unwrap().pending.get_mut(&job.rid) {
+                        p.queued = true;
+                    }
+                    continue;
+                };
                 inner.resolve(&job.rid, Err(e.clone()));
-                if let Some(ack) = job.ack.take() {
-                    let _ = ack.send(Err(e.clone()));
-                }
+                let _ = ack.send(Err(e.clone()));
             }
         }
     }

@@ -1,7 +1,7 @@
 //! A master of a Redis Cluster SIGKILLed mid-run: its replica is promoted, producers and
-//! consumers follow it. With dedup on nothing is lost (a submission the old master
-//! acknowledged but never replicated is found by the producer's sweep and submitted
-//! again); with dedup off every call still resolves. And a resharding mid-run: a
+//! consumers follow it. Nothing is lost: a submission the old master acknowledged but
+//! never replicated is found by the producer's sweep and submitted again, with dedup on
+//! (its index unknown) or off (its entry gone without an outcome). And a resharding mid-run: a
 //! partition's slot moved to another master with its keys, every connection answered
 //! `ASK`, `TRYAGAIN` and then `MOVED`: nothing is lost, dedup on or off.
 
@@ -214,15 +214,33 @@ async fn every_call_answered_across(disruption: Disruption) {
 /// unknown to the new master and submits it again; the caller gets its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_lost_in_a_failover_is_submitted_again() {
+    lost_in_a_failover(true).await;
+}
+
+/// The same without dedup: no index to look up, but the entry is gone from the new
+/// master's stream and no outcome came, which the sweep takes for lost (`sweep.rs`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_without_dedup_lost_in_a_failover_is_submitted_again() {
+    lost_in_a_failover(false).await;
+}
+
+async fn lost_in_a_failover(dedup: bool) {
     let mut cluster = replicated_cluster();
     let q = QueueConfig::new(cluster.cluster_url(), pelican_testkit::unique_name("lost"))
         .with_janitor_interval(Duration::from_millis(200))
         .with_partitions(PARTITIONS);
-    let p = Producer::<Req, Resp>::connect(q.clone(), producer_config(true))
+    let p = Producer::<Req, Resp>::connect(q.clone(), producer_config(dedup))
         .await
         .unwrap();
     let rid = "lost-0";
-    let key = q.partition_keys(q.partition_of(rid)).req(rid);
+    let keys = q.partition_keys(q.partition_of(rid));
+    // What the request leaves on its partition's master: its index with dedup, else
+    // its stream entry (the stream holds no other).
+    let key = if dedup {
+        keys.req(rid)
+    } else {
+        keys.stream().to_string()
+    };
     let master = cluster.master_of(&key);
     let replicas = cluster.replicas_of(master);
     assert_eq!(replicas.len(), 1, "one replica per master");
@@ -241,11 +259,12 @@ async fn a_submission_lost_in_a_failover_is_submitted_again() {
     // have submitted the request again by the time the test could look.)
     let mut on_replica = replica.sync_connection();
     let _: () = redis::cmd("READONLY").query(&mut on_replica).unwrap();
-    let seen: i64 = redis::cmd("EXISTS")
+    // (the stream itself is there without dedup: the producer made its group)
+    let seen: i64 = redis::cmd(if dedup { "EXISTS" } else { "XLEN" })
         .arg(&key)
         .query(&mut on_replica)
         .unwrap();
-    assert_eq!(seen, 0, "the submission reached the replica");
+    assert_eq!(seen, 0, "dedup {dedup}: the submission reached the replica");
     drop(on_replica);
     let _cluster = tokio::task::spawn_blocking(move || {
         cluster.kill_master_of(&key);

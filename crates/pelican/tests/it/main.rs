@@ -15,6 +15,7 @@
 //! - `nitro`: Nitro's wire format against a raw client of it (see `nitro/mod.rs`).
 //! - `serve`: `Consumer::serve`'s handler tasks: the concurrency bound, every way a handler ends.
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
+//! - `sweep`: the producer's sweep of requests without dedup: the lost submitted again.
 //! - `trace`: the entry's trace context field `tp`.
 
 mod cluster;
@@ -34,4 +35,5 @@ mod refusals;
 mod serve;
 mod smoke;
 mod supervision;
+mod sweep;
 mod trace;
