@@ -58,39 +58,8 @@ fi
 [ -n "$CLIENT_CPU" ] && CPIN=(taskset -c "$CLIENT_CPU")
 
 OUT="$(mktemp -d -t compare-builds.XXXXXX)"
-PORT=""
-stop_server() {
-  if [ -n "$PORT" ]; then
-    redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
-    for _ in $(seq 300); do
-      redis-cli -p "$PORT" ping >/dev/null 2>&1 || break
-      sleep 0.1
-    done
-    PORT=""
-  fi
-}
+. "$ROOT/scripts/lib/private-server.sh"
 trap 'stop_server; rm -rf "$OUT"' EXIT
-
-quiet() {
-  [ "${QUIET:-1}" = "0" ] && return 0
-  if [ -x "$PEERS/quiet.sh" ]; then
-    "$PEERS/quiet.sh" || say "the machine did not get quiet; measuring anyway"
-  fi
-}
-
-# start_server [PROFILE]: a fresh redis-server on a free port (PORT)
-start_server() {
-  local profile="${1:-}" pre=("${RPIN[@]}")
-  PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  [ -n "$profile" ] && pre=(valgrind --tool=callgrind "--callgrind-out-file=$profile")
-  "${pre[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    >"$OUT/server.log" 2>&1 &
-  for _ in $(seq 300); do
-    redis-cli -p "$PORT" ping >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  die "redis-server did not start on port $PORT"
-}
 
 # run LABEL BIN DEDUP [PROFILE]: one bench on a fresh server, one JSON line
 run() {
@@ -98,7 +67,7 @@ run() {
   [ "$dedup" = "off" ] && extra+=(--no-dedup)
   [ -n "$profile" ] && extra+=(--requests 20000 --latency-requests 0)
   [ -z "$profile" ] && quiet
-  start_server "$profile"
+  start_server redis-server "$profile"
   # shellcheck disable=SC2086
   local json
   json="$(timeout "$RUN_TIMEOUT" "${CPIN[@]}" "$bin" --redis "redis://127.0.0.1:$PORT" bench \

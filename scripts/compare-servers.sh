@@ -53,41 +53,8 @@ while read -r name path; do
 done < <("$ROOT/scripts/fetch-servers.sh") || die "scripts/fetch-servers.sh failed"
 
 OUT="$(mktemp -d -t compare-servers.XXXXXX)"
-PORT=""
-stop_server() {
-  if [ -n "$PORT" ]; then
-    redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
-    # under valgrind the server takes a while to write its profile and exit
-    for _ in $(seq 300); do
-      redis-cli -p "$PORT" ping >/dev/null 2>&1 || break
-      sleep 0.1
-    done
-    PORT=""
-  fi
-}
+. "$ROOT/scripts/lib/private-server.sh"
 trap 'stop_server; rm -rf "$OUT"' EXIT
-
-quiet() {
-  [ "${QUIET:-1}" = "0" ] && return 0
-  if [ -x "$PEERS/quiet.sh" ]; then
-    "$PEERS/quiet.sh" || say "the machine did not get quiet; measuring anyway"
-  fi
-}
-
-# start_server BIN [PROFILE]: a fresh server on a free port (PORT), under callgrind when
-# PROFILE (its output file) is given
-start_server() {
-  local bin="$1" profile="${2:-}" grind=()
-  PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-  [ -n "$profile" ] && grind=(valgrind --tool=callgrind "--callgrind-out-file=$profile")
-  "${grind[@]}" "$bin" --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
-    >"$OUT/server.log" 2>&1 &
-  for _ in $(seq 300); do
-    redis-cli -p "$PORT" ping >/dev/null 2>&1 && return 0
-    sleep 0.1
-  done
-  die "$bin did not start on port $PORT (see its log: $(tail -3 "$OUT/server.log"))"
-}
 
 # run NAME VERSION DEDUP: one bench, its JSON line tagged with the server
 run() {
