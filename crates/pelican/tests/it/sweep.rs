@@ -5,23 +5,14 @@
 
 use crate::common::*;
 use pelican::{Producer, ProducerConfig};
-use pelican_testkit::RedisServer;
-use std::time::{Duration, Instant};
+use pelican_testkit::{eventually, RedisServer};
+use std::time::Duration;
 
 fn producer_config() -> ProducerConfig {
     fast_producer()
         .with_dedup(false)
         .with_request_timeout(Duration::from_secs(30))
         .with_sweep_interval(Duration::from_millis(200))
-}
-
-/// Waits (10 s deadline) until `probe`'s streams hold an entry.
-async fn an_entry(probe: &Probe, what: &str) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while probe.xlen().await == 0 {
-        assert!(Instant::now() < deadline, "{what}: no entry");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 /// Calls of `command` the server has run (INFO commandstats).
@@ -57,7 +48,12 @@ async fn a_request_without_dedup_redis_forgot_is_submitted_again() {
     assert_eq!(probe.xlen().await, 0, "Redis forgot the request");
     // The producer notices on its own: its reply reader reconnects, and the sweep finds
     // the entry gone without an outcome.
-    an_entry(&probe, "the request submitted again").await;
+    eventually(
+        Duration::from_secs(10),
+        "the request submitted again",
+        || async { probe.xlen().await > 0 },
+    )
+    .await;
     let (w, runs) = Worker::counting(&q, fast_consumer(), "after").await;
     let out = within(
         Duration::from_secs(20),
@@ -88,25 +84,20 @@ async fn requests_without_dedup_in_a_handler_are_not_submitted_again() {
     for i in 0..3 {
         tickets.push(p.submit(&Req::new(i, "held")).await.unwrap());
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while runs.total() < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "the handler got {} of 3",
-            runs.total()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "the handler to hold all 3",
+        || async { runs.total() == 3 },
+    )
+    .await;
     // At least five sweeps over the three held requests: an XRANGE of each per sweep.
     let before = calls(&server, "xrange");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while calls(&server, "xrange") < before + 15 {
-        assert!(
-            Instant::now() < deadline,
-            "the sweep did not look at the requests"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually(
+        Duration::from_secs(10),
+        "five sweeps over the requests",
+        || async { calls(&server, "xrange") >= before + 15 },
+    )
+    .await;
     assert_eq!(probe.entries_added().await, 3, "none submitted again");
     gate.open();
     for (i, t) in tickets.into_iter().enumerate() {
