@@ -64,7 +64,9 @@
 //!
 //! ## Observability
 //! Counters and histograms go through the `metrics` facade (`pelican_requests_*`,
-//! `pelican_deliveries_*`, `pelican_dead_lettered_total`, ... each with a `queue` label);
+//! `pelican_deliveries_*`, `pelican_dead_lettered_total`, ... each with a `queue` label;
+//! `pelican_requests_resubmitted_total{why}` counts the requests a producer submitted
+//! again of its own accord: `lost`, `expired`, `answer_gone`);
 //! install a recorder (e.g. a Prometheus exporter) *before* connecting: a queue's series
 //! are registered when a producer, consumer or admin connects. Spans and events go
 //! through `tracing`: [`Producer::call`] runs in a span `pelican.call`, and

@@ -15,6 +15,33 @@ use std::time::Duration;
 /// instead of an outcome).
 const OUTCOMES: [&str; 5] = ["ok", "error", "dead", "expired", "failed"];
 
+/// Why a producer submitted a request again of its own accord (the `why` label of
+/// `pelican_requests_resubmitted_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Resubmit {
+    /// The entry it shared expired with another submitter's earlier deadline, and this
+    /// producer's caller still has time.
+    Expired,
+    /// Redis no longer knows the request, or knows it without this producer: lost in a
+    /// restart without persistence or a failover, or its index rewritten by someone else.
+    Lost,
+    /// Its outcome named a stored answer that is gone from Redis (evicted, lost, deleted).
+    AnswerGone,
+}
+
+impl Resubmit {
+    const ALL: [Resubmit; 3] = [Resubmit::Expired, Resubmit::Lost, Resubmit::AnswerGone];
+
+    /// The `why` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            Resubmit::Expired => "expired",
+            Resubmit::Lost => "lost",
+            Resubmit::AnswerGone => "answer_gone",
+        }
+    }
+}
+
 fn outcome_index(label: &str) -> usize {
     OUTCOMES
         .iter()
@@ -38,6 +65,7 @@ struct Series {
     dead_lettered: Counter,
     lease_lost: Counter,
     duplicate_dropped: Counter,
+    resubmitted: Vec<Counter>,
 }
 
 impl Metrics {
@@ -60,7 +88,13 @@ impl Metrics {
             redelivered: counter!("pelican_deliveries_redelivered_total", "queue" => q.clone()),
             dead_lettered: counter!("pelican_dead_lettered_total", "queue" => q.clone()),
             lease_lost: counter!("pelican_leases_lost_total", "queue" => q.clone()),
-            duplicate_dropped: counter!("pelican_outcomes_dropped_total", "queue" => q),
+            duplicate_dropped: counter!("pelican_outcomes_dropped_total", "queue" => q.clone()),
+            resubmitted: Resubmit::ALL
+                .iter()
+                .map(|w| {
+                    counter!("pelican_requests_resubmitted_total", "queue" => q.clone(), "why" => w.label())
+                })
+                .collect(),
         }))
     }
 
@@ -104,6 +138,10 @@ impl Metrics {
     pub(crate) fn duplicate_dropped(&self, n: u64) {
         self.0.duplicate_dropped.increment(n);
     }
+
+    pub(crate) fn resubmitted(&self, why: Resubmit) {
+        self.0.resubmitted[why as usize].increment(1);
+    }
 }
 
 #[cfg(test)]
@@ -114,5 +152,12 @@ mod tests {
             assert_eq!(super::OUTCOMES[super::outcome_index(l)], l);
         }
         assert_eq!(super::outcome_index("something else"), 4);
+    }
+
+    #[test]
+    fn every_resubmit_reason_has_its_series() {
+        for (i, w) in super::Resubmit::ALL.iter().enumerate() {
+            assert_eq!(*w as usize, i, "{}", w.label());
+        }
     }
 }

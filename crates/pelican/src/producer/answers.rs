@@ -11,6 +11,7 @@ use crate::clock::now_ms;
 use crate::conn::cluster::worth_sending_again;
 use crate::conn::retry::Backoff;
 use crate::error::{Error, ErrorKind};
+use crate::metrics::Resubmit;
 use crate::protocol::entry;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::scripts::Forget;
@@ -315,6 +316,7 @@ async fn lost(inner: &Inner, job: &AnswerJob) {
         }
         inner.resubmit(
             &job.rid,
+            Resubmit::AnswerGone,
             "the stored answer of this request is gone from Redis (evicted?); submitting it again",
         );
         return;

@@ -5,6 +5,7 @@ use super::pending::Inner;
 use super::replies::create_reply_stream;
 use crate::clock::{ms, now_ms};
 use crate::error::{Error, Result};
+use crate::metrics::Resubmit;
 use crate::protocol::index::IndexValue;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -122,6 +123,7 @@ async fn sweep(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
                 // someone else) or not pelican's: submit it again while it has time.
                 _ if *alive => inner.resubmit(
                     rid,
+                    Resubmit::Lost,
                     "request unknown to Redis (lost in a restart?); submitting it again",
                 ),
                 _ => {}
@@ -205,6 +207,7 @@ async fn sweep_unindexed(inner: &Arc<Inner>, min_age: Duration) -> Result<()> {
         if lost {
             inner.resubmit(
                 rid,
+                Resubmit::Lost,
                 "request without an index unknown to Redis (lost in a failover or a restart?); submitting it again",
             );
         }

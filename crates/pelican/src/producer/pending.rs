@@ -5,6 +5,7 @@ use super::answers::AnswerJob;
 use crate::clock::now_ms;
 use crate::config::ProducerConfig;
 use crate::error::{Error, ErrorKind, Result};
+use crate::metrics::Resubmit;
 use crate::protocol::outcome::Outcome;
 use crate::shared::Shared;
 use crate::FastMap;
@@ -207,13 +208,18 @@ impl Inner {
             rid,
             "request expired before this producer's deadline; submitting it again"
         );
-        self.submit_tx.send(job).is_ok()
+        let sent = self.submit_tx.send(job).is_ok();
+        if sent {
+            self.shared.metrics.resubmitted(Resubmit::Expired);
+        }
+        sent
     }
 
     /// Submits request `rid` again as it was first submitted (Redis lost it, or its
-    /// answer), if it is still waited for; `why` is logged. It counts as not queued
+    /// answer), if it is still waited for; `why` is counted
+    /// (`pelican_requests_resubmitted_total`) and `says` logged. It counts as not queued
     /// until Redis takes it again (a sweep meanwhile leaves it alone).
-    pub(crate) fn resubmit(&self, rid: &str, why: &str) {
+    pub(crate) fn resubmit(&self, rid: &str, why: Resubmit, says: &str) {
         let job = {
             let mut st = self.state.lock().unwrap();
             let Some(p) = st.pending.get_mut(rid) else {
@@ -223,8 +229,10 @@ impl Inner {
             p.answer_fetching = false;
             p.submit_again(rid)
         };
-        tracing::info!(rid, "{why}");
-        let _ = self.submit_tx.send(job);
+        tracing::info!(rid, why = why.label(), "{says}");
+        if self.submit_tx.send(job).is_ok() {
+            self.shared.metrics.resubmitted(why);
+        }
     }
 
     /// Resolves from a reply-stream pair, if this producer waits on that request.

@@ -307,6 +307,7 @@ fn large_answer(req: Bytes) -> Bytes {
 /// the answer, not an error or a hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_answers_reach_every_waiter_and_the_cache_and_a_lost_one_is_solved_again() {
+    install_counters();
     let server = RedisServer::start();
     let q = queue(&server, "answers");
     let p1 = raw_producer(&q).await;
@@ -346,6 +347,11 @@ async fn large_answers_reach_every_waiter_and_the_cache_and_a_lost_one_is_solved
         "solved again"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2, "solved a second time");
+    assert_eq!(
+        resubmitted(&q.name, "answer_gone"),
+        1,
+        "counted, with its reason"
+    );
     assert_eq!(stored_answers(&server, &q).len(), 1, "the new answer");
     stop.stop();
     w.await.unwrap().unwrap();

@@ -33,6 +33,7 @@ fn calls(server: &RedisServer, command: &str) -> u64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_without_dedup_redis_forgot_is_submitted_again() {
     logs();
+    install_counters();
     let mut server = RedisServer::start();
     let q = queue(&server, "forgot");
     let p = Producer::<Req, Resp>::connect(q.clone(), producer_config())
@@ -65,6 +66,13 @@ async fn a_request_without_dedup_redis_forgot_is_submitted_again() {
     assert_eq!((out.i, out.by.as_str()), (7, "after"));
     assert_eq!(runs.total(), 1);
     assert_eq!(probe.entries_added().await, 1, "submitted again once");
+    // Counted with its reason: once, or more where a try went to Redis before it was
+    // back up and the next sweep tried again.
+    assert!(
+        resubmitted(&q.name, "lost") >= 1,
+        "counted, with its reason"
+    );
+    assert_eq!(resubmitted(&q.name, "expired"), 0);
     w.stop().await;
     p.shutdown().await.unwrap();
 }
@@ -73,6 +81,7 @@ async fn a_request_without_dedup_redis_forgot_is_submitted_again() {
 /// entries in the stream (pending) and leaves them alone; none is submitted twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_without_dedup_in_a_handler_are_not_submitted_again() {
+    install_counters();
     let server = RedisServer::start();
     let q = queue(&server, "held");
     let p = Producer::<Req, Resp>::connect(q.clone(), producer_config())
@@ -107,6 +116,13 @@ async fn requests_without_dedup_in_a_handler_are_not_submitted_again() {
         assert_eq!(out.i, i as u64);
     }
     assert_eq!(runs.total(), 3, "each handled once");
+    for why in ["lost", "expired", "answer_gone"] {
+        assert_eq!(
+            resubmitted(&q.name, why),
+            0,
+            "none counted as resubmitted ({why})"
+        );
+    }
     assert_eq!(probe.entries_added().await, 3);
     w.stop().await;
     p.shutdown().await.unwrap();

@@ -2,7 +2,9 @@
 
 #![allow(dead_code)]
 
+mod counters;
 mod probe;
+pub use counters::*;
 pub use probe::*;
 
 use pelican::{

@@ -75,6 +75,7 @@ async fn inv3_dedup_one_entry_one_run() {
 /// gets the answer; the expiry is not cached for later identical requests either.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inv3_dedup_joiner_outlives_the_first_deadline() {
+    install_counters();
     let server = RedisServer::start();
     let q = queue(&server, "inv3-deadline");
     let probe = Probe::new(&server, &q).await;
@@ -107,6 +108,12 @@ async fn inv3_dedup_joiner_outlives_the_first_deadline() {
         1,
         "the handler ran once, for the resubmission"
     );
+    assert_eq!(
+        resubmitted(&q.name, "expired"),
+        1,
+        "counted, with its reason"
+    );
+    assert_eq!(resubmitted(&q.name, "lost"), 0);
     // what is cached is the answer (had the expiry been cached, the resubmission would
     // have read it back and the joiner would have got "expired")
     let cached = probe
