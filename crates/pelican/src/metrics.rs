@@ -66,6 +66,7 @@ struct Series {
     lease_lost: Counter,
     duplicate_dropped: Counter,
     resubmitted: Vec<Counter>,
+    read_ahead: Counter,
 }
 
 impl Metrics {
@@ -89,6 +90,7 @@ impl Metrics {
             dead_lettered: counter!("pelican_dead_lettered_total", "queue" => q.clone()),
             lease_lost: counter!("pelican_leases_lost_total", "queue" => q.clone()),
             duplicate_dropped: counter!("pelican_outcomes_dropped_total", "queue" => q.clone()),
+            read_ahead: counter!("pelican_deliveries_read_ahead_total", "queue" => q.clone()),
             resubmitted: Resubmit::ALL
                 .iter()
                 .map(|w| {
@@ -137,6 +139,10 @@ impl Metrics {
 
     pub(crate) fn duplicate_dropped(&self, n: u64) {
         self.0.duplicate_dropped.increment(n);
+    }
+
+    pub(crate) fn read_ahead(&self, n: u64) {
+        self.0.read_ahead.increment(n);
     }
 
     pub(crate) fn resubmitted(&self, why: Resubmit) {

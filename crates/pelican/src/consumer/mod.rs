@@ -84,7 +84,9 @@ where
         let stop = CancellationToken::new();
         let tasks = TaskSet::new();
         let mut states = Vec::new();
+        let one_partition = parts.len() == 1;
         for shared in parts {
+            let read_ahead = one_partition.then(|| Arc::new(state::ReadAhead::default()));
             let (writer_tx, writer_rx) = mpsc::unbounded_channel();
             let leases = Arc::new(Leases::default());
             let writer = Arc::new(Writer::new(
@@ -103,6 +105,7 @@ where
                 leases,
                 writer,
                 stop: stop.clone(),
+                read_ahead: read_ahead.clone(),
             });
             // Register the consumer now: Redis 7.0 creates it only at its first delivery,
             // and an operator should see an idle worker in `pelican stats`.
@@ -127,6 +130,7 @@ where
                         stop: inner.stop.clone(),
                         answer_token: crate::ids::random_id()[..16].to_string(),
                         next_answer: AtomicU64::new(1),
+                        read_ahead,
                     },
                     writer_rx,
                 ),

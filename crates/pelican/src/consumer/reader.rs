@@ -5,15 +5,17 @@
 use super::delivery::{Delivery, Job, LeaseLost};
 use super::fetch::Fetch;
 use super::reclaim::reclaim;
-use super::state::ConsumerState;
-use super::writer::{Completion, WriteJob};
+use super::state::{ConsumerState, ReadAhead};
+use super::writer::{Completion, Release, WriteJob};
 use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::conn::retry::Backoff;
+use crate::conn::OwnConn;
 use crate::protocol::entry::{Producers, RawEntry, Request};
 use crate::protocol::outcome::Outcome;
 use crate::protocol::scripts::Reject;
 use serde::{de::DeserializeOwned, Serialize};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, OwnedSemaphorePermit};
@@ -55,12 +57,26 @@ pub(super) async fn run<Req, Resp, C>(
         // This reader's turn among the partitions' readers, then a free slot. Slots
         // freed together would otherwise go one to each waiting reader (the semaphore
         // serves its waiters in order), and every partition would read one entry.
+        // Or, with one partition and no slot free, entries read ahead by the slots the
+        // outcome writer's call will free (not while a reclaim scan is due: it waits for
+        // free slots).
+        let reclaim_due = cfg.reclaim && Instant::now() >= next_reclaim;
+        let ahead = inner
+            .read_ahead
+            .as_deref()
+            .filter(|_| !reclaim_due && inner.slots.available_permits() == 0);
         let first = tokio::select! {
+            biased;
+            _ = inner.stop.cancelled() => return,
             p = async {
                 let _turn = inner.slot_turn.lock().await;
                 inner.slots.clone().acquire_owned().await
             } => p.expect("never closed"),
-            _ = inner.stop.cancelled() => return,
+            _ = async { ahead.expect("only when some").notify.notified().await }, if ahead.is_some() => {
+                let ahead = ahead.expect("only when some");
+                read_ahead(&inner, ahead, &tx, &mut conn, &mut fetch, &mut producers, &mut entry_bytes).await;
+                continue;
+            }
         };
         // Every free slot, up to a batch, in one bundle (one semaphore operation, not one
         // per slot); a permit is split off per delivery and the rest returned at once.
@@ -209,6 +225,83 @@ pub(super) async fn run<Req, Resp, C>(
                 wait_or_stop(&inner, backoff.next()).await;
             }
         }
+    }
+}
+
+/// Reads up to as many new entries as the outcome writer's call on the wire will free
+/// ([`ReadAhead`]), and hands each out once its slot is free. Entries whose slots do not
+/// come free within a quarter of `claim_idle` (the writer retrying a failed call), or when
+/// the consumer stops, are released for any consumer to take at once.
+async fn read_ahead<Req, Resp, C>(
+    inner: &ConsumerState,
+    ahead: &ReadAhead,
+    tx: &mpsc::Sender<Delivery<Req, Resp, C>>,
+    conn: &mut Option<OwnConn>,
+    fetch: &mut Fetch,
+    producers: &mut Producers,
+    entry_bytes: &mut usize,
+) where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    C: Codec,
+{
+    let freeing = ahead.freeing.load(Ordering::SeqCst);
+    if freeing == 0 || inner.stop.is_cancelled() {
+        return;
+    }
+    let sh = &inner.shared;
+    if conn.is_none() {
+        match sh.blocking_connection(inner.config.block).await {
+            Ok(c) => *conn = Some(c),
+            // The reader's own turn reconnects, with backoff.
+            Err(_) => return,
+        }
+    }
+    let count = freeing
+        .min(MAX_BATCH)
+        .min((MAX_READ_BYTES / (*entry_bytes).max(1)).max(1));
+    let c = conn.as_mut().expect("connected");
+    let mut entries = match fetch.read(inner, c, count, None).await {
+        Ok(e) if e.is_empty() => return,
+        Ok(e) => e,
+        Err(e) => {
+            tracing::debug!(error = %format_args!("{e:#}"), "reading ahead failed; reconnecting");
+            *conn = None;
+            return;
+        }
+    };
+    let wait = inner.config.claim_idle / 4;
+    let slots = inner.slots.clone().acquire_many_owned(entries.len() as u32);
+    let permits = tokio::select! {
+        p = tokio::time::timeout(wait, slots) => p.ok().map(|p| p.expect("never closed")),
+        _ = inner.stop.cancelled() => None,
+    };
+    let Some(permits) = permits else {
+        for e in entries {
+            inner.writer.send(WriteJob::Release(Release {
+                sid: e.id.clone(),
+                idle_ms: ms(inner.config.claim_idle),
+                ack: None,
+                slot: None,
+            }));
+        }
+        return;
+    };
+    let c = conn.as_mut().expect("connected");
+    if let Err(e) = fetch.bodies(inner, c, &mut entries).await {
+        // As for any read: the entries are pending and come back by reclaim.
+        tracing::warn!(error = %format_args!("{e:#}"), "reading stored bodies failed; reconnecting");
+        *conn = None;
+        return;
+    }
+    if let Some(mean) = RawEntry::mean_size(&entries) {
+        *entry_bytes = mean;
+    }
+    sh.metrics.read_ahead(entries.len() as u64);
+    let mut permits = Hand(Some(permits));
+    for e in entries {
+        let p = permits.take_one().expect("a slot for each entry");
+        deliver(inner, tx, e, 1, p, false, producers).await;
     }
 }
 

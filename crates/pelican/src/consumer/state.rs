@@ -5,8 +5,9 @@ use super::lease::Leases;
 use super::writer::Writer;
 use crate::config::ConsumerConfig;
 use crate::shared::Shared;
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use tokio::sync::{Mutex, Semaphore};
+use tokio::sync::{Mutex, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub(super) struct ConsumerState {
@@ -22,4 +23,20 @@ pub(super) struct ConsumerState {
     pub(super) leases: Arc<Leases>,
     pub(super) writer: Arc<Writer>,
     pub(super) stop: CancellationToken,
+    /// A queue of one partition: what the outcome writer's call on the wire will free.
+    pub(super) read_ahead: Option<Arc<ReadAhead>>,
+}
+
+/// The prefetch slots the outcome writer's call on the wire will free when it returns.
+/// The reader, waiting for slots, reads that many new entries at once instead of a round
+/// trip after the call: they arrive while the call is on its way back, and each is handed
+/// out once its slot is free, so the consumer still holds at most `prefetch` deliveries
+/// (its pending list may hold one call's worth more meanwhile). Without it a delivery's
+/// slot was held for a read and a write round trip through a Redis busy with the
+/// producers' submissions, and that, more than Redis, bounded a worker of small quick
+/// requests (BENCHMARKS.md, session X).
+#[derive(Default)]
+pub(crate) struct ReadAhead {
+    pub(crate) freeing: AtomicUsize,
+    pub(crate) notify: Notify,
 }

@@ -3,6 +3,7 @@
 //! [`Writer`] handle.
 
 use super::lease::Leases;
+use super::state::ReadAhead;
 use crate::clock::{ms, now_ms};
 use crate::conn::framed::StoredBody;
 use crate::conn::retry::Backoff;
@@ -151,6 +152,8 @@ pub(super) struct WriterTask {
     /// used twice, by this consumer or another, or by this one after a restart.
     pub(super) answer_token: String,
     pub(super) next_answer: AtomicU64,
+    /// Told how many prefetch slots each call will free (see [`ReadAhead`]).
+    pub(super) read_ahead: Option<Arc<ReadAhead>>,
 }
 
 impl WriterTask {
@@ -186,6 +189,13 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
         }
         if !completes.is_empty() {
+            // The slots this call frees, for the reader to read ahead by.
+            let freeing = completes.iter().filter(|c| c.slot.is_some()).count();
+            let ahead = inner.read_ahead.as_ref().filter(|_| freeing > 0);
+            if let Some(a) = ahead {
+                a.freeing.fetch_add(freeing, Ordering::SeqCst);
+                a.notify.notify_one();
+            }
             let results =
                 write_all_completions(&inner, &mut conn, &completes, &gate, &mut turn).await;
             let metrics = &inner.shared.metrics;
@@ -202,6 +212,11 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
                 } else if let (Some(_), Err(e)) = (&c.slot, &r) {
                     tracing::warn!(rid = %c.rid, error = %format_args!("{e:#}"), "could not record an outcome");
                 }
+            }
+            drop(held);
+            // Every slot of the call is free now (dropped with its completion).
+            if let Some(a) = ahead {
+                a.freeing.fetch_sub(freeing, Ordering::SeqCst);
             }
         }
         if !releases.is_empty() {

@@ -31,6 +31,7 @@ mod lease;
 mod matrix;
 mod nitro;
 mod processes;
+mod read_ahead;
 mod refusals;
 mod serve;
 mod smoke;
