@@ -13,6 +13,9 @@
 # durable) and pelican with dedup / JetStream-file (both keep every request until it is
 # answered). Progress and diagnostics go to stderr. Exits non-zero as soon as a run fails.
 #
+# PELICAN_NODEDUP_ARGS="..." goes to the runs without dedup only (after PELICAN_ARGS): e.g.
+# "--prefetch 1024", a worker window like NATS core's, which keeps none (BENCHMARKS.md,
+# "Session X" under NATS), while the runs with dedup keep JetStream's 128.
 # Env knobs: PEERS, PELICAN_ARGS, QUIET=0, RUN_TIMEOUT=300, PELICAN_BIN (as in
 # compare-bullmq.sh). Needs nats-server with JetStream on 127.0.0.1:4222 and Redis on
 # 127.0.0.1:6379 (both benchmarks refuse anything but loopback), cargo, python3.
@@ -28,7 +31,7 @@ PEER_NAME=NATS
 for round in $(seq 1 "$N"); do
   run nats-core "$PEERS/nats-rpc/run.sh" --mode core
   # shellcheck disable=SC2086
-  run pelican-nodedup "$PELICAN" bench --json --no-dedup $PELICAN_ARGS
+  run pelican-nodedup "$PELICAN" bench --json --no-dedup $PELICAN_ARGS ${PELICAN_NODEDUP_ARGS:-}
   run nats-js-file "$PEERS/nats-rpc/run.sh" --mode jetstream-file
   # shellcheck disable=SC2086
   run pelican-dedup "$PELICAN" bench --json $PELICAN_ARGS
