@@ -298,12 +298,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
 impl<Req, Resp, C: Codec> Drop for Delivery<Req, Resp, C> {
     fn drop(&mut self) {
         if !self.answered {
-            self.writer.send(WriteJob::Release(Release {
-                sid: self.job.sid.clone(),
-                idle_ms: ms(self.writer.claim_idle()),
-                ack: None,
-                slot: None,
-            }));
+            self.writer.hand_back(self.job.sid.clone());
         }
     }
 }

@@ -6,7 +6,7 @@ use super::delivery::{Delivery, Job, LeaseLost};
 use super::fetch::Fetch;
 use super::reclaim::reclaim;
 use super::state::{ConsumerState, ReadAhead};
-use super::writer::{Completion, Release, WriteJob};
+use super::writer::{Completion, WriteJob};
 use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::conn::retry::Backoff;
@@ -72,8 +72,7 @@ pub(super) async fn run<Req, Resp, C>(
                 let _turn = inner.slot_turn.lock().await;
                 inner.slots.clone().acquire_owned().await
             } => p.expect("never closed"),
-            _ = async { ahead.expect("only when some").notify.notified().await }, if ahead.is_some() => {
-                let ahead = ahead.expect("only when some");
+            Some(ahead) = notified(ahead), if ahead.is_some() => {
                 read_ahead(&inner, ahead, &tx, &mut conn, &mut fetch, &mut producers, &mut entry_bytes).await;
                 continue;
             }
@@ -228,6 +227,12 @@ pub(super) async fn run<Req, Resp, C>(
     }
 }
 
+/// `ahead`, once the outcome writer has sent a call that frees slots.
+async fn notified(ahead: Option<&ReadAhead>) -> Option<&ReadAhead> {
+    ahead?.notify.notified().await;
+    ahead
+}
+
 /// Reads up to as many new entries as the outcome writer's call on the wire will free
 /// ([`ReadAhead`]), and hands each out once its slot is free. Entries whose slots do not
 /// come free within a quarter of `claim_idle` (the writer retrying a failed call), or when
@@ -278,12 +283,7 @@ async fn read_ahead<Req, Resp, C>(
     };
     let Some(permits) = permits else {
         for e in entries {
-            inner.writer.send(WriteJob::Release(Release {
-                sid: e.id.clone(),
-                idle_ms: ms(inner.config.claim_idle),
-                ack: None,
-                slot: None,
-            }));
+            inner.writer.hand_back(e.id.clone());
         }
         return;
     };

@@ -108,6 +108,17 @@ impl Writer {
         &self.metrics
     }
 
+    /// Hands entry `sid` back for any consumer to take at once (released with an idle time
+    /// of `claim_idle`); its prefetch slot, if it had one, is not the release's.
+    pub(crate) fn hand_back(&self, sid: Arc<str>) {
+        self.send(WriteJob::Release(Release {
+            sid,
+            idle_ms: ms(self.claim_idle),
+            ack: None,
+            slot: None,
+        }));
+    }
+
     /// Hands a job to the writer. An entry whose outcome or release is on the way needs
     /// no more lease renewals.
     pub(crate) fn send(&self, job: WriteJob) {

@@ -7,7 +7,7 @@
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, Recorder, SharedString, Unit};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, Once};
 
 #[derive(Default)]
 struct Counters(Mutex<HashMap<Key, Arc<AtomicU64>>>);
@@ -45,13 +45,13 @@ impl Recorder for CountingRecorder {
 }
 
 fn counters() -> &'static Counters {
-    static COUNTERS: OnceLock<&'static Counters> = OnceLock::new();
-    COUNTERS.get_or_init(|| {
-        let counters: &'static Counters = Box::leak(Box::default());
-        metrics::set_global_recorder(CountingRecorder(counters))
+    static COUNTERS: LazyLock<Counters> = LazyLock::new(Counters::default);
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        metrics::set_global_recorder(CountingRecorder(&COUNTERS))
             .expect("no other metrics recorder in this test binary");
-        counters
-    })
+    });
+    &COUNTERS
 }
 
 /// Installs the suite's recorder if it is not yet: call before connecting.
