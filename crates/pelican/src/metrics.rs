@@ -42,6 +42,29 @@ impl Resubmit {
     }
 }
 
+/// Why a consumer handed an entry back unanswered for any consumer to take at once (the
+/// `why` label of `pelican_deliveries_handed_back_total`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HandBack {
+    /// A delivery dropped without an answer (its handler cancelled, the program let go of it).
+    Dropped,
+    /// Read ahead, and its slot did not come free within a quarter of `claim_idle` (the
+    /// outcome writer retrying a failed call), or the consumer stopped meanwhile.
+    ReadAhead,
+}
+
+impl HandBack {
+    const ALL: [HandBack; 2] = [HandBack::Dropped, HandBack::ReadAhead];
+
+    /// The `why` label.
+    pub(crate) fn label(self) -> &'static str {
+        match self {
+            HandBack::Dropped => "dropped",
+            HandBack::ReadAhead => "read_ahead",
+        }
+    }
+}
+
 fn outcome_index(label: &str) -> usize {
     OUTCOMES
         .iter()
@@ -67,6 +90,7 @@ struct Series {
     duplicate_dropped: Counter,
     resubmitted: Vec<Counter>,
     read_ahead: Counter,
+    handed_back: Vec<Counter>,
 }
 
 impl Metrics {
@@ -91,6 +115,12 @@ impl Metrics {
             lease_lost: counter!("pelican_leases_lost_total", "queue" => q.clone()),
             duplicate_dropped: counter!("pelican_outcomes_dropped_total", "queue" => q.clone()),
             read_ahead: counter!("pelican_deliveries_read_ahead_total", "queue" => q.clone()),
+            handed_back: HandBack::ALL
+                .iter()
+                .map(|w| {
+                    counter!("pelican_deliveries_handed_back_total", "queue" => q.clone(), "why" => w.label())
+                })
+                .collect(),
             resubmitted: Resubmit::ALL
                 .iter()
                 .map(|w| {
@@ -143,6 +173,10 @@ impl Metrics {
 
     pub(crate) fn read_ahead(&self, n: u64) {
         self.0.read_ahead.increment(n);
+    }
+
+    pub(crate) fn handed_back(&self, why: HandBack) {
+        self.0.handed_back[why as usize].increment(1);
     }
 
     pub(crate) fn resubmitted(&self, why: Resubmit) {

@@ -298,7 +298,8 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
 impl<Req, Resp, C: Codec> Drop for Delivery<Req, Resp, C> {
     fn drop(&mut self) {
         if !self.answered {
-            self.writer.hand_back(self.job.sid.clone());
+            self.writer
+                .hand_back(self.job.sid.clone(), crate::metrics::HandBack::Dropped);
         }
     }
 }

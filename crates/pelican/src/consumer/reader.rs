@@ -11,6 +11,7 @@ use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::conn::retry::Backoff;
 use crate::conn::OwnConn;
+use crate::metrics::HandBack;
 use crate::protocol::entry::{Producers, RawEntry, Request};
 use crate::protocol::outcome::Outcome;
 use crate::protocol::scripts::Reject;
@@ -283,7 +284,7 @@ async fn read_ahead<Req, Resp, C>(
     };
     let Some(permits) = permits else {
         for e in entries {
-            inner.writer.hand_back(e.id.clone());
+            inner.writer.hand_back(e.id.clone(), HandBack::ReadAhead);
         }
         return;
     };

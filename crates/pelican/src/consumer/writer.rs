@@ -9,7 +9,7 @@ use crate::conn::framed::StoredBody;
 use crate::conn::retry::Backoff;
 use crate::conn::OwnConn;
 use crate::error::{Error, ErrorKind, Result};
-use crate::metrics::Metrics;
+use crate::metrics::{HandBack, Metrics};
 use crate::protocol::outcome::{Outcome, STORED_ANSWER_MIN};
 use crate::protocol::scripts::{self, Complete, CompleteEntry, Completed, ScriptCall};
 use crate::shared::Shared;
@@ -109,8 +109,10 @@ impl Writer {
     }
 
     /// Hands entry `sid` back for any consumer to take at once (released with an idle time
-    /// of `claim_idle`); its prefetch slot, if it had one, is not the release's.
-    pub(crate) fn hand_back(&self, sid: Arc<str>) {
+    /// of `claim_idle`); its prefetch slot, if it had one, is not the release's. Counted
+    /// by `why`.
+    pub(crate) fn hand_back(&self, sid: Arc<str>, why: HandBack) {
+        self.metrics.handed_back(why);
         self.send(WriteJob::Release(Release {
             sid,
             idle_ms: ms(self.claim_idle),
