@@ -7,8 +7,8 @@
 //! helpers: `handlers` (the worker's built-in handlers), `pool` (the demo's worker
 //! processes), `summary` (the demo's table), `redis_local` (reachability, throwaway
 //! redis-server), `redis_url` (a URL whose Debug hides the password), `logging` (stderr
-//! logs and `--otlp` span export), `metrics_http`, `process`, `context`, `fmt`, `out` (standard output, and why
-//! SIGPIPE stays ignored).
+//! logs and `--otlp` span export), `malloc` (the C allocator's settings), `metrics_http`,
+//! `process`, `context`, `fmt`, `out` (standard output, and why SIGPIPE stays ignored).
 
 /// `println!` through [`out`]: a reader of standard output that went away ends the
 /// process quietly (SIGPIPE), without making every socket write able to end it.
@@ -40,6 +40,7 @@ mod fmt;
 mod handlers;
 mod inspect;
 mod logging;
+mod malloc;
 mod metrics_http;
 mod nitro;
 mod out;
@@ -56,6 +57,7 @@ use cli::{Cli, Command};
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
+    malloc::keep_freed_memory();
     let cli = Cli::parse();
     let telemetry = match logging::init(
         cli.global.log,

@@ -63,6 +63,23 @@ fn r2(x: f64) -> f64 {
 }
 
 impl Report {
+    /// Minor page faults per request of the throughput phase, per role (JSON object).
+    fn faults_per_req(&self) -> String {
+        let n = self.tp.requests.max(1) as f64;
+        let per: Vec<(String, String)> = self
+            .cpu
+            .faults
+            .iter()
+            .map(|(role, f)| {
+                (
+                    role.to_string(),
+                    json!(f.map(|f| r2(f as f64 / n))).to_string(),
+                )
+            })
+            .collect();
+        object(per)
+    }
+
     /// Redis commands per request of the throughput phase (commands run by scripts
     /// included).
     pub fn cmds_per_req(&self) -> f64 {
@@ -161,6 +178,7 @@ impl Report {
         fields.extend([
             ("redis_cmds".to_string(), breakdown),
             ("tp_cpu_pct".to_string(), object(cpu)),
+            ("tp_faults_per_req".to_string(), self.faults_per_req()),
             ("rss_kb_start".to_string(), rss(&self.rss_start)),
             ("rss_kb_end".to_string(), rss(&self.rss_end)),
             ("rss_kb_peak".to_string(), rss(&self.rss_peak)),
@@ -283,6 +301,20 @@ impl Report {
             "CPU during the throughput phase, % of one core: {}\n",
             self.cpu.line()
         ));
+        let n = self.tp.requests.max(1) as f64;
+        let faults: Vec<String> = self
+            .cpu
+            .faults
+            .iter()
+            .map(|(role, f)| match f {
+                Some(f) => format!("{role} {:.2}", *f as f64 / n),
+                None => format!("{role} ?"),
+            })
+            .collect();
+        out.push_str(&format!(
+            "Page faults per request (fresh pages from the kernel), throughput phase: {}\n",
+            faults.join(", ")
+        ));
         let mut mem = Vec::new();
         for ((role, a), (_, b)) in self.rss_start.iter().zip(&self.rss_end) {
             mem.push(match (a, b) {
@@ -357,6 +389,7 @@ mod tests {
                     ("redis", Some(90.0)),
                 ],
                 other: Some(10.0),
+                faults: vec![("producer", Some(300)), ("worker", None)],
             },
             rss_start: vec![("producer", Some(1000)), ("worker", None)],
             rss_end: vec![("producer", Some(1100)), ("worker", None)],
@@ -381,6 +414,8 @@ mod tests {
         assert_eq!(v["redis_cmds"]["xadd"], 1.5);
         assert_eq!(v["rss_kb_end"]["producer"], 1100);
         assert!(v["rss_kb_end"]["worker"].is_null());
+        assert_eq!(v["tp_faults_per_req"]["producer"], 3.0);
+        assert!(v["tp_faults_per_req"]["worker"].is_null());
         assert!(
             line.contains(r#""tp_cpu_pct":{"machine":150.0,"producer":50.0,"worker":null,"redis":90.0,"other":10.0}"#),
             "{line}"

@@ -1,7 +1,8 @@
 //! What the processes cost, from /proc (Linux), measured the way the BullMQ peer's
 //! `cpu.js` does: CPU over a window in % of one core (2 cores: at most 200) for the whole
 //! machine, each process of the bench and redis-server, and `other` = everything else
-//! (noise: a run with `other` well above ~5 was disturbed). Plus resident memory.
+//! (noise: a run with `other` well above ~5 was disturbed). Plus each role's minor page
+//! faults over the window (pages the kernel handed a process fresh) and resident memory.
 
 use std::time::Instant;
 
@@ -41,13 +42,23 @@ fn machine_busy_ticks() -> Option<u64> {
     Some(total - idle)
 }
 
-/// utime + stime of a process, in ticks.
-fn process_ticks(pid: u32) -> Option<u64> {
+/// What a process has used so far: CPU (utime + stime) in ticks, and minor page faults.
+#[derive(Debug, Clone, Copy)]
+struct Used {
+    ticks: u64,
+    faults: u64,
+}
+
+fn process_used(pid: u32) -> Option<Used> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may contain spaces and parentheses: fields start after the last ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split(' ').collect();
-    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+    let n = |i: usize| f.get(i)?.parse::<u64>().ok();
+    Some(Used {
+        ticks: n(11)? + n(12)?,
+        faults: n(7)?,
+    })
 }
 
 /// Resident memory of a process in kB (VmRSS of /proc/<pid>/status).
@@ -84,7 +95,7 @@ pub fn process_name(pid: u32) -> Option<String> {
 pub struct CpuWindow {
     at: Instant,
     machine: Option<u64>,
-    procs: Vec<(Watched, Option<u64>)>,
+    procs: Vec<(Watched, Option<Used>)>,
 }
 
 /// CPU use over a window, in % of one core.
@@ -96,6 +107,8 @@ pub struct CpuSplit {
     pub roles: Vec<(&'static str, Option<f64>)>,
     /// The machine minus every watched process.
     pub other: Option<f64>,
+    /// Minor page faults per role over the window; `None` if unreadable.
+    pub faults: Vec<(&'static str, Option<u64>)>,
 }
 
 impl CpuWindow {
@@ -106,7 +119,7 @@ impl CpuWindow {
             machine: machine_busy_ticks(),
             procs: watched
                 .iter()
-                .map(|w| (w.clone(), w.pid.and_then(process_ticks)))
+                .map(|w| (w.clone(), w.pid.and_then(process_used)))
                 .collect(),
         }
     }
@@ -121,14 +134,13 @@ impl CpuWindow {
             .zip(machine_busy_ticks())
             .map(|(a, b)| b.saturating_sub(a));
         let mut roles: Vec<(&'static str, Option<u64>)> = Vec::new();
+        let mut faults: Vec<(&'static str, Option<u64>)> = Vec::new();
         for (w, before) in &self.procs {
-            let d = before
-                .zip(w.pid.and_then(process_ticks))
-                .map(|(a, b)| b.saturating_sub(a));
-            match roles.iter_mut().find(|(r, _)| *r == w.role) {
-                Some((_, sum)) => *sum = sum.zip(d).map(|(a, b)| a + b),
-                None => roles.push((w.role, d)),
-            }
+            let used = before.zip(w.pid.and_then(process_used));
+            let ticks = used.map(|(a, b)| b.ticks.saturating_sub(a.ticks));
+            let fresh = used.map(|(a, b)| b.faults.saturating_sub(a.faults));
+            add(&mut roles, w.role, ticks);
+            add(&mut faults, w.role, fresh);
         }
         // Like cpu.js: what is not known is left in `other`.
         let mine: u64 = roles.iter().filter_map(|(_, t)| *t).sum();
@@ -136,7 +148,16 @@ impl CpuWindow {
             machine: machine_ticks.map(pct),
             roles: roles.iter().map(|(r, t)| (*r, t.map(pct))).collect(),
             other: machine_ticks.map(|m| round1(pct(m) - pct(mine))),
+            faults,
         }
+    }
+}
+
+/// Adds `v` to `role`'s sum (unknown once any part is).
+fn add(sums: &mut Vec<(&'static str, Option<u64>)>, role: &'static str, v: Option<u64>) {
+    match sums.iter_mut().find(|(r, _)| *r == role) {
+        Some((_, sum)) => *sum = sum.zip(v).map(|(a, b)| a + b),
+        None => sums.push((role, v)),
     }
 }
 
@@ -170,7 +191,7 @@ mod tests {
         let rss = rss_kb(me).unwrap();
         assert!(rss > 0);
         assert!(peak_rss_kb(me).unwrap() >= rss);
-        assert!(process_ticks(me).is_some());
+        assert!(process_used(me).is_some());
         assert!(machine_busy_ticks().is_some());
         let w = CpuWindow::start(&[
             Watched {
@@ -191,6 +212,8 @@ mod tests {
         assert_eq!(roles, ["producer", "worker"]);
         // an unreadable worker makes the worker sum unknown, not wrong
         assert_eq!(split.roles[1].1, None);
+        assert_eq!(split.faults[1].1, None);
+        assert!(split.faults[0].1.is_some());
         assert!(split.machine.is_some());
         assert!(split.line().starts_with("machine "));
     }

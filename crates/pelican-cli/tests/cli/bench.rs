@@ -255,3 +255,47 @@ fn sixteen_mib_bodies_and_answers_keep_memory_bounded() {
         &[&answers[..], &["--no-dedup"]].concat(),
     );
 }
+
+/// 100 KB bodies, dedup on and off: the bench's processes keep the memory they free
+/// (`malloc.rs`), so the worker takes fresh pages from the kernel only as its memory
+/// grows, not again for every body. With glibc's defaults (`GLIBC_TUNABLES` with any malloc
+/// setting turns ours off) this run with dedup faulted 132-141 MB in while the worker grew
+/// by 2-3 MB; release builds, 3-12 fresh pages per request (BENCHMARKS.md, session Y).
+#[test]
+fn a_worker_of_100_kb_bodies_takes_fresh_pages_only_as_it_grows() {
+    let server = RedisServer::start();
+    const REQUESTS: f64 = 3000.0;
+    for extra in [&[][..], &["--no-dedup"][..]] {
+        let mut args = vec![
+            "--json",
+            "--codec",
+            "raw",
+            "--payload-bytes",
+            "100000",
+            "--requests",
+            "3000",
+            "--inflight",
+            "100",
+            "--warmup",
+            "500",
+            "--latency-requests",
+            "0",
+        ];
+        args.extend_from_slice(extra);
+        let out = bench(&server, &args);
+        assert_eq!(out.code, 0, "{extra:?}: {out:?}");
+        let v = out.json();
+        let get = |what: &str, role: &str| {
+            v[what][role]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{extra:?}: no {what} of the {role}: {v}"))
+        };
+        // Pages of 4 KiB (larger pages only make fewer faults).
+        let faulted_kb = get("tp_faults_per_req", "worker") * REQUESTS * 4.0;
+        let grown_kb = get("rss_kb_end", "worker") - get("rss_kb_start", "worker");
+        assert!(
+            faulted_kb - grown_kb < 4096.0,
+            "{extra:?}: the worker faulted in {faulted_kb} kB and grew by {grown_kb} kB: {v}"
+        );
+    }
+}
