@@ -141,7 +141,8 @@ r = json.loads(sys.stdin.read())
 print(json.dumps({"system": "pelican" + os.environ["LABEL"], "size": r["payload_bytes"], "codec": r["codec"],
   "dedup": r["dedup"], "rate": r["throughput_rps"], "p50_ms": r["lat_p50_ms"],
   "p99_ms": r["lat_p99_ms"], "redis_cpu_us_per_req": r["redis_cpu_us_per_req"],
-  "rss_kb_end": r["rss_kb_end"], "other_cpu_pct": r["tp_cpu_pct"]["other"]}))' \
+  "rss_kb_end": r["rss_kb_end"], "faults_per_req": r.get("tp_faults_per_req"),
+  "other_cpu_pct": r["tp_cpu_pct"]["other"]}))' \
     || { cat "$OUT/bench.err" >&2; die "pelican bench failed (size $size, $codec, dedup $dedup)"; }
 }
 
