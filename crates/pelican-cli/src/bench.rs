@@ -410,11 +410,7 @@ impl Phases<'_> {
     fn memory(&self, of: fn(u32) -> Option<u64>) -> Vec<(&'static str, Option<u64>)> {
         let mut out: Vec<(&'static str, Option<u64>)> = Vec::new();
         for w in self.watched.iter().filter(|w| w.role != "redis") {
-            let kb = w.pid.and_then(of);
-            match out.iter_mut().find(|(r, _)| *r == w.role) {
-                Some((_, sum)) => *sum = sum.zip(kb).map(|(a, b)| a + b),
-                None => out.push((w.role, kb)),
-            }
+            sys::add(&mut out, w.role, w.pid.and_then(of));
         }
         out
     }

@@ -63,21 +63,13 @@ fn r2(x: f64) -> f64 {
 }
 
 impl Report {
-    /// Minor page faults per request of the throughput phase, per role (JSON object).
-    fn faults_per_req(&self) -> String {
+    /// Minor page faults per request of the throughput phase, per role.
+    fn faults_per_req(&self) -> impl Iterator<Item = (&'static str, Option<f64>)> + '_ {
         let n = self.tp.requests.max(1) as f64;
-        let per: Vec<(String, String)> = self
-            .cpu
+        self.cpu
             .faults
             .iter()
-            .map(|(role, f)| {
-                (
-                    role.to_string(),
-                    json!(f.map(|f| r2(f as f64 / n))).to_string(),
-                )
-            })
-            .collect();
-        object(per)
+            .map(move |(role, f)| (*role, f.map(|f| f as f64 / n)))
     }
 
     /// Redis commands per request of the throughput phase (commands run by scripts
@@ -178,7 +170,13 @@ impl Report {
         fields.extend([
             ("redis_cmds".to_string(), breakdown),
             ("tp_cpu_pct".to_string(), object(cpu)),
-            ("tp_faults_per_req".to_string(), self.faults_per_req()),
+            (
+                "tp_faults_per_req".to_string(),
+                object(
+                    self.faults_per_req()
+                        .map(|(role, f)| (role.to_string(), json!(f.map(r2)).to_string())),
+                ),
+            ),
             ("rss_kb_start".to_string(), rss(&self.rss_start)),
             ("rss_kb_end".to_string(), rss(&self.rss_end)),
             ("rss_kb_peak".to_string(), rss(&self.rss_peak)),
@@ -301,13 +299,10 @@ impl Report {
             "CPU during the throughput phase, % of one core: {}\n",
             self.cpu.line()
         ));
-        let n = self.tp.requests.max(1) as f64;
         let faults: Vec<String> = self
-            .cpu
-            .faults
-            .iter()
+            .faults_per_req()
             .map(|(role, f)| match f {
-                Some(f) => format!("{role} {:.2}", *f as f64 / n),
+                Some(f) => format!("{role} {f:.2}"),
                 None => format!("{role} ?"),
             })
             .collect();

@@ -153,8 +153,9 @@ impl CpuWindow {
     }
 }
 
-/// Adds `v` to `role`'s sum (unknown once any part is).
-fn add(sums: &mut Vec<(&'static str, Option<u64>)>, role: &'static str, v: Option<u64>) {
+/// Adds `v` to `role`'s sum (unknown once any part is): per-role figures of several
+/// processes (the workers).
+pub fn add(sums: &mut Vec<(&'static str, Option<u64>)>, role: &'static str, v: Option<u64>) {
     match sums.iter_mut().find(|(r, _)| *r == role) {
         Some((_, sum)) => *sum = sum.zip(v).map(|(a, b)| a + b),
         None => sums.push((role, v)),

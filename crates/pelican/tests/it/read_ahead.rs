@@ -166,6 +166,17 @@ impl Stalled {
         );
     }
 
+    /// Every request handled exactly once in `runs` (runs per request id), nothing left
+    /// pending.
+    async fn each_handled_once(&self, runs: &std::collections::HashMap<String, u32>) {
+        assert_eq!(runs.len(), STALLED_REQUESTS as usize, "{runs:?}");
+        assert!(
+            runs.values().all(|&n| n == 1),
+            "a request handled twice: {runs:?}"
+        );
+        assert_eq!(self.probe.pending().await, 0, "entries left pending");
+    }
+
     /// Every ticket's answer.
     async fn answers(&mut self, limit: Duration) {
         for (i, t) in self.tickets.drain(..) {
@@ -218,12 +229,7 @@ async fn entries_read_ahead_whose_slots_stay_taken_are_handed_back_and_handled_o
     for (rid, n) in b_runs.snapshot() {
         *runs.entry(rid).or_default() += n;
     }
-    assert_eq!(runs.len(), STALLED_REQUESTS as usize, "{runs:?}");
-    assert!(
-        runs.values().all(|&n| n == 1),
-        "a request handled twice: {runs:?}"
-    );
-    assert_eq!(s.probe.pending().await, 0, "entries left pending");
+    s.each_handled_once(&runs).await;
     b.stop().await;
     a.stop().await;
     s.producer.shutdown().await.unwrap();
@@ -257,13 +263,7 @@ async fn a_consumer_stopped_while_entries_wait_for_slots_leaves_them_for_another
         took < claim_idle / 2,
         "answered {took:?} after the stop: the entries waited for claim_idle ({claim_idle:?})"
     );
-    let runs = b_runs.snapshot();
-    assert_eq!(runs.len(), STALLED_REQUESTS as usize, "{runs:?}");
-    assert!(
-        runs.values().all(|&n| n == 1),
-        "the other consumer handled a request twice: {runs:?}"
-    );
-    assert_eq!(s.probe.pending().await, 0, "entries left pending");
+    s.each_handled_once(&b_runs.snapshot()).await;
     b.stop().await;
     s.producer.shutdown().await.unwrap();
 }
