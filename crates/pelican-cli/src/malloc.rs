@@ -3,7 +3,7 @@
 //! A worker reads each large body (4 KiB and more) into a buffer of its own and frees it
 //! once the body is decoded or handled. glibc's malloc gives the free top of its heap back
 //! to the kernel once it passes 128 KiB, so at 100 KB bodies the worker took most of each
-//! body's pages fresh from the kernel again: 3-10 page faults per request, and about a
+//! body's pages fresh from the kernel again: 1.4-12 page faults per request, and about a
 //! third of the worker's CPU (BENCHMARKS.md, session Y). Here freed memory is kept up to
 //! [`TRIM_THRESHOLD`] and blocks up to [`MMAP_THRESHOLD`] come from the heap: the process
 //! stays at the high-water mark of what it held at once (bounded by the bodies in flight)
