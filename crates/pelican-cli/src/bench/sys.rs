@@ -189,9 +189,12 @@ mod tests {
         let me = std::process::id();
         // Resident memory first, then the peak: other tests run in threads of this process
         // and may grow it between the two reads, which only raises the peak read second.
+        // Since Linux 6.2 both are sums of per-CPU counters read without their per-CPU
+        // parts, so the peak can read a little under a resident size read just before
+        // (seen: a test run on 6.18); a few MB of slack, far under either value.
         let rss = rss_kb(me).unwrap();
         assert!(rss > 0);
-        assert!(peak_rss_kb(me).unwrap() >= rss);
+        assert!(peak_rss_kb(me).unwrap() + 4096 >= rss);
         assert!(process_used(me).is_some());
         assert!(machine_busy_ticks().is_some());
         let w = CpuWindow::start(&[
