@@ -15,7 +15,9 @@ and the gate to be atomic: the least an atomic protocol costs on Redis 7.0. With
 XACK of its own per request (only the first acknowledgement of a pending entry may push
 an outcome), then the winners' reply XADD and the trim. The ids are given explicitly, so
 the whole run is one pipeline, fed by redis-cli --pipe. With --pelican, pelican's own
-submit.lua and complete.lua (dedup on, small bodies) do the submitting and completing in
+submit.lua and complete.lua (dedup on, small bodies; as a function library called with
+FCALL, as pelican does, or with EVALSHA for the scripts of a build before the library,
+`--lua DIR`) do the submitting and completing in
 batches of --batch, with XREADGROUP and XREAD between them: the same work as `pelican
 bench` without its clients' timing, so a change to a script can be compared to the
 instruction.
@@ -155,8 +157,19 @@ def pelican_run(port, n, batch, lua):
             raise r
         return r
 
-    shas = {name: call("SCRIPT", "LOAD", lib + "\n" + open(os.path.join(lua, name + ".lua")).read())
-            for name in ("submit", "complete")}
+    if "begin_call" in lib:
+        # a function library, as crates/pelican/src/protocol/scripts/library.rs builds it
+        code = "#!lua name=pelican_floor\n" + lib + "\n"
+        for name in ("submit", "complete"):
+            code += ("redis.register_function('pelican_floor_%s', function(KEYS, ARGV)\n"
+                     "begin_call()\n%s\nend)\n") % (name, open(os.path.join(lua, name + ".lua")).read())
+        call("FUNCTION", "LOAD", "REPLACE", code)
+        run, shas = "FCALL", {name: "pelican_floor_" + name for name in ("submit", "complete")}
+    else:
+        # scripts of a build before the library (lib.lua prepended, EVALSHA)
+        run = "EVALSHA"
+        shas = {name: call("SCRIPT", "LOAD", lib + "\n" + open(os.path.join(lua, name + ".lua")).read())
+                for name in ("submit", "complete")}
     base = "pelican:{floor}:"
     keys = (base + "stream", base + "req:", base + "reply:")
     call("XGROUP", "CREATE", keys[0], "pelican", "0", "MKSTREAM")
@@ -169,7 +182,7 @@ def pelican_run(port, n, batch, lua):
         rids = ["%032x" % i for i in range(b0, min(n, b0 + batch))]
         for rid in rids:
             args += [rid, now + 60000, 120000, "", "", body]
-        answers = call("EVALSHA", shas["submit"], 3, *keys, *args)
+        answers = call(run, shas["submit"], 3, *keys, *args)
         # a new entry's id ("+<sid>" from builds before session O)
         sids = [a.decode().lstrip("+") for a in answers]
         call("XREADGROUP", "GROUP", "pelican", "c", "COUNT", batch, "STREAMS", keys[0], ">")
@@ -178,7 +191,7 @@ def pelican_run(port, n, batch, lua):
             # the entry's deadline goes along since complete.lua takes sextuples
             deadline = [now + 60000] if sextuples else []
             args += [sid, rid, "p1", *deadline, "1t", OUTCOME]
-        call("EVALSHA", shas["complete"], 3, *keys, *args)
+        call(run, shas["complete"], 3, *keys, *args)
         got = call("XREAD", "COUNT", 10, "STREAMS", keys[2] + "p1", last)
         if got:
             last = got[0][1][-1][0].decode()

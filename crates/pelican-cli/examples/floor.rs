@@ -111,9 +111,17 @@ fn now_ms() -> u64 {
         .as_millis() as u64
 }
 
-fn load(c: &mut Conn, body: &str) -> Vec<u8> {
-    let script = format!("{LIB}\n{body}");
-    s(&c.call(&[b"SCRIPT", b"LOAD", script.as_bytes()]))
+/// Loads `lib.lua` and `body` as a function library of the probe's own, as the library
+/// loads its scripts (`crates/pelican/src/protocol/scripts/library.rs`), and returns the
+/// function's name, for `FCALL`.
+fn load(c: &mut Conn, script: &str, body: &str) -> Vec<u8> {
+    let name = format!("pelican_floor_{script}");
+    let code = format!(
+        "#!lua name={name}\n{LIB}\nredis.register_function('{name}', function(KEYS, ARGV)\n\
+         begin_call()\n{body}\nend)\n"
+    );
+    c.call(&[b"FUNCTION", b"LOAD", b"REPLACE", code.as_bytes()]);
+    name.into_bytes()
 }
 
 fn main() {
@@ -138,7 +146,7 @@ fn main() {
     ]);
     match args[1].as_str() {
         "worker" => {
-            let complete = load(&mut a, COMPLETE);
+            let complete = load(&mut a, "complete", COMPLETE);
             let read = |c: &mut Conn| {
                 c.send(&[
                     b"XREADGROUP",
@@ -188,7 +196,7 @@ fn main() {
                 let flags = format!("{}t-", h.index);
                 let now = now_ms().to_string();
                 let _ = a.call(&[
-                    b"EVALSHA",
+                    b"FCALL",
                     &complete,
                     b"3",
                     stream.as_bytes(),
@@ -210,7 +218,7 @@ fn main() {
         _ => {
             let n: usize = args[4].parse().unwrap();
             let dedup = args.get(5).map(|x| x != "nodedup").unwrap_or(true);
-            let submit = load(&mut a, SUBMIT);
+            let submit = load(&mut a, "submit", SUBMIT);
             let me = format!("p{}", std::process::id());
             let reply = format!("{replyp}{me}");
             let salt = now_ms();
@@ -242,7 +250,7 @@ fn main() {
                 let t0 = Instant::now();
                 if dedup {
                     let _ = a.call(&[
-                        b"EVALSHA",
+                        b"FCALL",
                         &submit,
                         b"3",
                         stream.as_bytes(),

@@ -142,7 +142,7 @@ impl Error {
     ///   `READONLY` after a failover, `MOVED`/`ASK`, `NOREPLICAS`, and `OOM` or `MISCONF`
     ///   until memory or disk are freed). No when Redis refused the command for good:
     ///   ACL denials (`NOPERM`), `NOAUTH`/`WRONGPASS`, `WRONGTYPE`, a script it cannot
-    ///   load (`NOSCRIPT`), `ERR` and any other error reply, or an answer pelican cannot
+    ///   load (`NOSCRIPT`, `ERR Function not found`), `ERR` and any other error reply, or an answer pelican cannot
     ///   make sense of. Sending the same again gets the same answer.
     /// - No for remote errors, dead letters, bad input and configuration.
     pub fn is_retryable(&self) -> bool {
@@ -272,11 +272,12 @@ mod tests {
             .map(reply_error),
         );
         let mut refusals = [
-            "NOPERM User pelican has no permissions to run the 'evalsha' command",
+            "NOPERM User pelican has no permissions to run the 'fcall' command",
             "WRONGTYPE Operation against a key holding the wrong kind of value",
             "NOAUTH Authentication required.",
             "WRONGPASS invalid username-password pair or user is disabled.",
             "NOSCRIPT No matching script. Please use EVAL.",
+            "ERR Function not found",
             "ERR unknown command 'FROB', with args beginning with: ",
             "ERR syntax error",
             "EXECABORT Transaction discarded because of previous errors.",
@@ -320,7 +321,7 @@ mod tests {
 
     #[test]
     fn the_cause_is_printed_once() {
-        let cause = "no permissions to run the 'evalsha' command";
+        let cause = "no permissions to run the 'fcall' command";
         for e in [
             Error::redis(
                 "submitting requests",

@@ -373,7 +373,7 @@ mod tests {
             dedup: true,
             tp,
             server: ServerDelta {
-                calls: vec![("evalsha".into(), 200), ("xadd".into(), 150)],
+                calls: vec![("fcall".into(), 200), ("xadd".into(), 150)],
                 cpu_us: 2_000,
             },
             cpu: CpuSplit {

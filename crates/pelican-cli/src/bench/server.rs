@@ -158,7 +158,7 @@ fn redis_error(what: &str, e: &redis::RedisError) -> CliError {
 /// The server's counters at one moment.
 #[derive(Debug, Clone, Default)]
 pub struct ServerCounters {
-    /// Calls per command (`evalsha`, `xadd`, `xgroup|create`, ...).
+    /// Calls per command (`fcall`, `xadd`, `xgroup|create`, ...).
     pub calls: BTreeMap<String, u64>,
     /// used_cpu_user + used_cpu_sys, in µs.
     pub cpu_us: u64,
@@ -352,12 +352,12 @@ mod tests {
 
     #[test]
     fn info_is_parsed() {
-        let stats = "# Commandstats\r\ncmdstat_evalsha:calls=40,usec=900,usec_per_call=22.5,rejected_calls=0,failed_calls=0\r\ncmdstat_xgroup|create:calls=1,usec=5\r\ncmdstat_info:calls=7,usec=1\r\n";
+        let stats = "# Commandstats\r\ncmdstat_fcall:calls=40,usec=900,usec_per_call=22.5,rejected_calls=0,failed_calls=0\r\ncmdstat_xgroup|create:calls=1,usec=5\r\ncmdstat_info:calls=7,usec=1\r\n";
         let calls = parse_commandstats(stats);
-        assert_eq!(calls.get("evalsha"), Some(&40));
+        assert_eq!(calls.get("fcall"), Some(&40));
         assert_eq!(calls.get("xgroup|create"), Some(&1));
         let before = ServerCounters {
-            calls: parse_commandstats("cmdstat_evalsha:calls=10,usec=1\r\ncmdstat_info:calls=5"),
+            calls: parse_commandstats("cmdstat_fcall:calls=10,usec=1\r\ncmdstat_info:calls=5"),
             cpu_us: 1_000,
         };
         let after = ServerCounters {
@@ -368,10 +368,7 @@ mod tests {
         let d = ServerDelta::between(&before, &after);
         assert_eq!(
             d.calls,
-            [
-                ("evalsha".to_string(), 30),
-                ("xgroup|create".to_string(), 1)
-            ]
+            [("fcall".to_string(), 30), ("xgroup|create".to_string(), 1)]
         );
         assert_eq!(d.total(), 31);
         assert_eq!(d.cpu_us, 1_749_000);

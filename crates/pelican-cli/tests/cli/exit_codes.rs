@@ -148,7 +148,7 @@ fn help_and_version_exit_0() {
 fn a_redis_refusal_exits_1_with_its_cause_once() {
     let env = Env::new("refused");
     let out = env.server.cli(&[
-        "ACL", "SETUSER", "limited", "on", ">s3cret", "~*", "+@all", "-evalsha",
+        "ACL", "SETUSER", "limited", "on", ">s3cret", "~*", "+@all", "-fcall",
     ]);
     assert_eq!(out.trim(), "OK");
     let url = format!("redis://limited:s3cret@127.0.0.1:{}", env.server.port());
@@ -169,7 +169,7 @@ fn a_redis_refusal_exits_1_with_its_cause_once() {
         "{said}"
     );
     assert_eq!(
-        said.matches("no permissions to run the 'evalsha' command")
+        said.matches("no permissions to run the 'fcall' command")
             .count(),
         1,
         "{said}"

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 /// The rules of the least-privilege user, after `ACL SETUSER <name> on ><password>`.
 /// README.md ("Running with least privilege") shows the same line.
 pub const ACL_RULES: &str = "resetkeys ~pelican:* resetchannels -@all \
-    +ping +evalsha +script|load +multi +exec \
+    +ping +fcall +function|load +multi +exec \
     +get +set +getdel +append +del +exists +mget +rename +strlen +getrange +pexpire +pttl +scan \
     +xadd +xack +xdel +xclaim +xpending +xrange +xlen +xtrim +xinfo +xgroup +xread +xreadgroup";
 
@@ -193,6 +193,8 @@ async fn core_scenario_as_a_least_privilege_acl_user() {
         vec!["CONFIG", "GET", "*"],
         vec!["EVAL", "return 1", "0"],
         vec!["SCRIPT", "FLUSH"],
+        vec!["FUNCTION", "FLUSH"],
+        vec!["FUNCTION", "DELETE", "anything"],
         vec!["SHUTDOWN"],
         vec!["ACL", "WHOAMI"],
         vec!["PUBLISH", "chan", "x"],
@@ -208,15 +210,16 @@ async fn core_scenario_as_a_least_privilege_acl_user() {
             "{cmd:?}: {e}"
         );
     }
-    // A script cannot reach other keys either.
-    let sha: String = redis::cmd("SCRIPT")
+    // A function of its own cannot reach other keys either.
+    let _: redis::Value = redis::cmd("FUNCTION")
         .arg("LOAD")
-        .arg("return redis.call('GET', KEYS[1])")
+        .arg("REPLACE")
+        .arg("#!lua name=probe\nredis.register_function('probe', function(keys) return redis.call('GET', keys[1]) end)")
         .query_async(&mut c)
         .await
-        .expect("SCRIPT LOAD");
-    let r: redis::RedisResult<redis::Value> = redis::cmd("EVALSHA")
-        .arg(&sha)
+        .expect("FUNCTION LOAD");
+    let r: redis::RedisResult<redis::Value> = redis::cmd("FCALL")
+        .arg("probe")
         .arg(1)
         .arg("other:key")
         .query_async(&mut c)

@@ -299,23 +299,6 @@ impl OwnConn {
             .collect()),
         }
     }
-
-    /// Runs `cmd`, an `EVALSHA` of `script`, loading the script through `loader` first
-    /// when Redis does not know it (a restart, a SCRIPT FLUSH).
-    pub(crate) async fn eval(
-        &mut self,
-        loader: &mut Conn,
-        script: &redis::Script,
-        cmd: &redis::Cmd,
-    ) -> redis::RedisResult<redis::Value> {
-        match self.query(cmd).await {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                script.prepare_invoke().load_async(loader).await?;
-                self.query(cmd).await
-            }
-            r => r,
-        }
-    }
 }
 
 /// Runs `run` on `conn`, a task's own connection kept from one call to the next (the

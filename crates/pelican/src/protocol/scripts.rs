@@ -1,6 +1,7 @@
 //! The Lua scripts, one operation per file in `lua/`, and one typed call per script.
 //! Each multi-key transition is one script: atomic and one round trip. `lib.lua` holds
-//! the helpers they share and is prepended to the scripts that use it.
+//! the helpers they share; with them the scripts are one function library, loaded once
+//! per server and called with `FCALL` ([`library`]).
 //!
 //! A call is a struct named after its script whose fields are the script's ARGV, named
 //! and ordered as in the script's header (the KEYS, and the group name, come from the
@@ -19,44 +20,39 @@ use super::entry::{self, parse_entries, RawEntry};
 use super::keys::Keys;
 use super::outcome::Outcome;
 pub(crate) use call::ScriptCall;
-use redis::{ErrorKind, RedisError, RedisResult, Script, Value};
+use library::Function;
+use redis::{ErrorKind, RedisError, RedisResult, Value};
 
-const LIB: &str = include_str!("../../lua/lib.lua");
-
-fn with_lib(body: &str) -> Script {
-    Script::new(&format!("{LIB}\n{body}"))
-}
-
-/// Every script a queue uses, hashed once per producer, consumer or admin, with the
-/// queue's keys they are called on.
+/// Every script a queue uses (a function of the library each), with the queue's keys
+/// they are called on.
 pub(crate) struct Scripts {
     keys: Keys,
-    submit: Script,
-    complete: Script,
-    reclaim: Script,
-    renew: Script,
-    release: Script,
-    reject: Script,
-    cancel: Script,
-    forget: Script,
-    janitor: Script,
-    requeue: Script,
+    submit: Function,
+    complete: Function,
+    reclaim: Function,
+    renew: Function,
+    release: Function,
+    reject: Function,
+    cancel: Function,
+    forget: Function,
+    janitor: Function,
+    requeue: Function,
 }
 
 impl Scripts {
     pub(crate) fn new(keys: Keys) -> Scripts {
         Scripts {
             keys,
-            submit: with_lib(include_str!("../../lua/submit.lua")),
-            complete: with_lib(include_str!("../../lua/complete.lua")),
-            reclaim: with_lib(include_str!("../../lua/reclaim.lua")),
-            renew: Script::new(include_str!("../../lua/renew.lua")),
-            release: Script::new(include_str!("../../lua/release.lua")),
-            reject: with_lib(include_str!("../../lua/reject.lua")),
-            cancel: with_lib(include_str!("../../lua/cancel.lua")),
-            forget: Script::new(include_str!("../../lua/forget.lua")),
-            janitor: with_lib(include_str!("../../lua/janitor.lua")),
-            requeue: with_lib(include_str!("../../lua/requeue.lua")),
+            submit: Function::new("submit"),
+            complete: Function::new("complete"),
+            reclaim: Function::new("reclaim"),
+            renew: Function::new("renew"),
+            release: Function::new("release"),
+            reject: Function::new("reject"),
+            cancel: Function::new("cancel"),
+            forget: Function::new("forget"),
+            janitor: Function::new("janitor"),
+            requeue: Function::new("requeue"),
         }
     }
 }
@@ -223,6 +219,7 @@ impl Forget<'_> {
 
 mod call;
 mod consumer;
+pub(crate) mod library;
 mod upkeep;
 pub(crate) use consumer::{Complete, CompleteEntry, Completed, Reclaim, Reject, Release, Renew};
 pub(crate) use upkeep::{Janitor, Requeue};

@@ -206,10 +206,10 @@ async fn calls_after_dropped_connections_succeed() {
     plain.shutdown().await.unwrap();
 }
 
-/// Redis forgets every script (SCRIPT FLUSH, as after a restart or a failover): the
-/// next submission and the next outcome write load them again, and calls go on; so does
-/// the next reclaim scan (on the reader's own connection), which takes over a request
-/// whose consumer died.
+/// Redis forgets pelican's function library (FUNCTION FLUSH, as after a restart without
+/// persistence): the next submission and the next outcome write load it again, and calls
+/// go on; so does the next reclaim scan (on the reader's own connection), which takes
+/// over a request whose consumer died.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_go_on_after_the_scripts_are_flushed() {
     logs();
@@ -227,7 +227,9 @@ async fn calls_go_on_after_the_scripts_are_flushed() {
         let req = Req::new(round, "flush");
         let out = within(Duration::from_secs(10), "a call", p.call(&req)).await;
         assert_eq!(out.unwrap(), echo(&req, "w"), "round {round}");
-        let _: () = probe.query(redis::cmd("SCRIPT").arg("FLUSH")).await;
+        let libraries: Vec<redis::Value> = probe.query(redis::cmd("FUNCTION").arg("LIST")).await;
+        assert_eq!(libraries.len(), 1, "round {round}: loaded again");
+        let _: () = probe.query(redis::cmd("FUNCTION").arg("FLUSH")).await;
     }
     w.stop().await;
 
@@ -241,7 +243,7 @@ async fn calls_go_on_after_the_scripts_are_flushed() {
         .unwrap()
         .unwrap();
     die(dier, d);
-    let _: () = probe.query(redis::cmd("SCRIPT").arg("FLUSH")).await;
+    let _: () = probe.query(redis::cmd("FUNCTION").arg("FLUSH")).await;
     let w = Worker::spawn(&q, fast_consumer(), 4, |r: Req, _| async move {
         Ok(echo(&r, "w"))
     })

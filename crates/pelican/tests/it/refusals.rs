@@ -6,14 +6,14 @@ use pelican::{ErrorKind, Producer};
 use pelican_testkit::RedisServer;
 
 /// A least-privilege user (as in README.md's "Running with least privilege") that
-/// lacks EVALSHA, which every submission runs.
-const NO_EVALSHA: &[&str] = &[
+/// lacks FCALL, which every submission runs.
+const NO_FCALL: &[&str] = &[
     "resetkeys",
     "~pelican:*",
     "resetchannels",
     "-@all",
     "+ping",
-    "+script|load",
+    "+function|load",
     "+get",
     "+set",
     "+getdel",
@@ -44,7 +44,7 @@ const NO_EVALSHA: &[&str] = &[
 async fn an_acl_denial_is_not_retryable() {
     let server = RedisServer::start();
     let mut setuser = vec!["ACL", "SETUSER", "limited", "on", ">s3cret"];
-    setuser.extend(NO_EVALSHA);
+    setuser.extend(NO_FCALL);
     assert_eq!(server.cli(&setuser).trim(), "OK");
     let mut q = queue(&server, "acl");
     q.url = format!("redis://limited:s3cret@127.0.0.1:{}", server.port());
@@ -52,7 +52,7 @@ async fn an_acl_denial_is_not_retryable() {
         .await
         .unwrap();
     let e = match p.submit(&Req::new(1, "denied")).await {
-        Ok(_) => panic!("a submission without EVALSHA was accepted"),
+        Ok(_) => panic!("a submission without FCALL was accepted"),
         Err(e) => e,
     };
     assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");

@@ -218,19 +218,19 @@ impl Held {
 async fn an_answer_is_written_with_its_call_or_not_at_all() {
     for lean in [true, false] {
         let h = held().await;
-        h.user("no-script", &["+@all", "-evalsha"]);
+        h.user("no-script", &["+@all", "-fcall"]);
         let answer = vec![b'a'; 5000];
         let e = h
             .complete(Some("no-script"), lean, "a1.t.0", &answer)
             .await
-            .expect_err("EVALSHA is refused");
+            .expect_err("FCALL is refused");
         assert_eq!(e.code(), Some("NOPERM"), "lean {lean}: {e}");
         assert_eq!(
             h.answer("a1.t.0"),
             None,
             "lean {lean}: an answer without its call"
         );
-        // Redis has not seen the script yet: loaded, and the transaction sent again
+        // Redis has not seen the library yet: loaded, and the transaction sent again
         let done = h.complete(None, lean, "a1.t.1", &answer).await.unwrap();
         assert_eq!(done, [Completed::Recorded], "lean {lean}");
         assert_eq!(

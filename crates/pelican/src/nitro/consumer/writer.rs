@@ -209,7 +209,7 @@ async fn write_answers(
     answers: &[Answer],
 ) -> Result<Vec<(bool, u64)>> {
     let k = &w.link.keys;
-    let mut call = ScriptCall::new(
+    let mut call = ScriptCall::script(
         &w.link.scripts.answer,
         &[
             &k.stream,
@@ -263,7 +263,7 @@ async fn release(
 ) -> Result<()> {
     let k = &w.link.keys;
     let _gate = w.leases.gate.lock().await;
-    let mut call = ScriptCall::new(&w.link.scripts.release, &[&k.stream], |_| Ok(()));
+    let mut call = ScriptCall::script(&w.link.scripts.release, &[&k.stream], |_| Ok(()));
     call.arg(k.group()).arg(&w.name).arg(idle_ms).arg("0");
     for id in ids {
         call.arg(id);

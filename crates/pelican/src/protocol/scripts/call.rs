@@ -1,6 +1,7 @@
 //! [`ScriptCall`]: one script call, built once, and the ways to run it (the shared
 //! connection, a task's own, after other commands in one write, or by hand).
 
+use super::library::{self, Function};
 use super::unexpected;
 use crate::conn::command::Command;
 use crate::conn::framed::{Framed, StoredBody};
@@ -8,26 +9,56 @@ use crate::conn::wire::into_result;
 use crate::conn::OwnConn;
 use redis::{Cmd, RedisResult, Script, ToRedisArgs, Value};
 
-/// One script call, built once: `EVALSHA` with its keys and arguments, and how its reply
-/// is read. A retry sends the same command again. Encoded as it is built ([`Command`]):
-/// on a lean connection those bytes are what is sent; the client library's connections
-/// get its own command, made from them.
+/// One script call, built once: `FCALL` of a function of pelican's library (or, for the
+/// Nitro format's scripts, `EVALSHA`) with its keys and arguments, and how its reply is
+/// read. A retry sends the same command again. Encoded as it is built ([`Command`]): on
+/// a lean connection those bytes are what is sent; the client library's connections get
+/// its own command, made from them.
 #[must_use]
 pub(crate) struct ScriptCall<'s, R> {
-    script: &'s Script,
+    script: Lua<'s>,
     cmd: Command,
     reply: fn(Value) -> RedisResult<R>,
 }
 
+/// What a call runs, and so what is loaded when the server does not have it.
+#[derive(Clone, Copy)]
+enum Lua<'s> {
+    /// A function of pelican's library.
+    Function,
+    /// A script of its own (the Nitro format's).
+    Script(&'s Script),
+}
+
 impl<'s, R> ScriptCall<'s, R> {
+    /// A call of `function` of pelican's library.
     pub(crate) fn new(
+        function: &'s Function,
+        keys: &[&str],
+        reply: fn(Value) -> RedisResult<R>,
+    ) -> Self {
+        let mut cmd = Command::new(&[b"FCALL", function.name.as_bytes()]);
+        cmd.arg(keys.len()).arg(keys);
+        ScriptCall {
+            script: Lua::Function,
+            cmd,
+            reply,
+        }
+    }
+
+    /// A call of `script`, sent with `EVALSHA` (the Nitro format's scripts).
+    pub(crate) fn script(
         script: &'s Script,
         keys: &[&str],
         reply: fn(Value) -> RedisResult<R>,
     ) -> Self {
         let mut cmd = Command::new(&[b"EVALSHA", script.get_hash().as_bytes()]);
         cmd.arg(keys.len()).arg(keys);
-        ScriptCall { script, cmd, reply }
+        ScriptCall {
+            script: Lua::Script(script),
+            cmd,
+            reply,
+        }
     }
 
     pub(crate) fn arg(&mut self, arg: impl ToRedisArgs) -> &mut Self {
@@ -35,17 +66,16 @@ impl<'s, R> ScriptCall<'s, R> {
         self
     }
 
-    /// Runs it on the shared connection: `EVALSHA`, and when Redis does not know the
-    /// script (a restart, a `SCRIPT FLUSH`) `SCRIPT LOAD` and `EVALSHA` again, as the
-    /// client library's `Script::invoke_async` does.
+    /// Runs it on the shared connection, and when Redis does not have what it calls (a
+    /// restart, a `FUNCTION FLUSH`) loads that and sends it again.
     pub(crate) async fn invoke(
         &self,
         conn: &mut (impl redis::aio::ConnectionLike + Send),
     ) -> RedisResult<R> {
         let cmd = self.cmd.to_cmd();
         let v = match cmd.query_async(conn).await {
-            Err(e) if e.code() == Some("NOSCRIPT") => {
-                self.script.load_async(conn).await?;
+            Err(e) if library::not_loaded(&e) => {
+                self.load(conn).await?;
                 cmd.query_async(conn).await?
             }
             r => r?,
@@ -58,12 +88,16 @@ impl<'s, R> ScriptCall<'s, R> {
         self.cmd.packed()
     }
 
-    /// Loads its script (after a NOSCRIPT reply).
+    /// Loads what it calls (after a reply that says the server does not have it,
+    /// [`library::not_loaded`]): pelican's library, or its script.
     pub(crate) async fn load(
         &self,
         conn: &mut (impl redis::aio::ConnectionLike + Send),
     ) -> RedisResult<()> {
-        self.script.load_async(conn).await.map(drop)
+        match self.script {
+            Lua::Function => library::load(conn).await,
+            Lua::Script(script) => script.load_async(conn).await.map(drop),
+        }
     }
 
     /// A pipeline of `before` (commands whose replies are not needed, e.g. the SETs of
@@ -81,7 +115,7 @@ impl<'s, R> ScriptCall<'s, R> {
 
     /// Runs a pipeline made by [`ScriptCall::after`] and reads this call's reply. The
     /// commands before it are not checked: the script sees what they did (or did not do).
-    /// When Redis does not know the script, it is loaded and the whole pipeline sent
+    /// When Redis does not have what it calls, that is loaded and the whole pipeline sent
     /// again (the commands before must be idempotent).
     pub(crate) async fn invoke_pipeline(
         &self,
@@ -97,7 +131,7 @@ impl<'s, R> ScriptCall<'s, R> {
             match self.reply_or_reload(last, loaded) {
                 Some(r) => return r,
                 None => {
-                    self.script.load_async(conn).await?;
+                    self.load(conn).await?;
                     loaded = true;
                 }
             }
@@ -105,22 +139,22 @@ impl<'s, R> ScriptCall<'s, R> {
     }
 
     /// This call's reply, read from `last` (what Redis answered to it), or `None` when
-    /// Redis did not know the script: it is to be loaded and the call sent again, once
-    /// (`loaded`: it was already).
+    /// Redis did not have what it calls: that is to be loaded and the call sent again,
+    /// once (`loaded`: it was already).
     pub(crate) fn reply_or_reload(
         &self,
         last: RedisResult<Value>,
         loaded: bool,
     ) -> Option<RedisResult<R>> {
         match last {
-            Err(e) if e.code() == Some("NOSCRIPT") && !loaded => None,
+            Err(e) if library::not_loaded(&e) && !loaded => None,
             r => Some(r.and_then(self.reply)),
         }
     }
 
     /// Runs it on a connection of a task's own after the SETs of `bodies`, all in one
-    /// write (on a lean connection each body written from where it lies), loading the
-    /// script through `loader` when Redis does not know it (the SETs are then sent again:
+    /// write (on a lean connection each body written from where it lies), loading what it
+    /// calls through `loader` when Redis does not have it (the SETs are then sent again:
     /// they are idempotent). The SETs' own replies are not checked: the script sees
     /// whether each value is there.
     pub(crate) async fn invoke_after_on(
@@ -147,15 +181,15 @@ impl<'s, R> ScriptCall<'s, R> {
             match self.reply_or_reload(last, loaded) {
                 Some(r) => return r,
                 None => {
-                    self.script.load_async(loader).await?;
+                    self.load(loader).await?;
                     loaded = true;
                 }
             }
         }
     }
 
-    /// Runs it on a connection of a task's own, loading the script through `loader`
-    /// (the shared connection) when Redis does not know it.
+    /// Runs it on a connection of a task's own, loading what it calls through `loader`
+    /// (the shared connection) when Redis does not have it.
     pub(crate) async fn invoke_on(
         &self,
         conn: &mut OwnConn,
@@ -164,7 +198,14 @@ impl<'s, R> ScriptCall<'s, R> {
         if let OwnConn::Lean(_) = conn {
             return self.invoke_after_on(conn, loader, &[]).await;
         }
-        let v = conn.eval(loader, self.script, &self.cmd.to_cmd()).await?;
+        let cmd = self.cmd.to_cmd();
+        let v = match conn.query(&cmd).await {
+            Err(e) if library::not_loaded(&e) => {
+                self.load(loader).await?;
+                conn.query(&cmd).await?
+            }
+            r => r?,
+        };
         (self.reply)(v)
     }
 }
