@@ -76,3 +76,27 @@ async fn redis_gone_is_retryable() {
     assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
     assert!(e.is_retryable(), "{e:#}");
 }
+
+/// A server without functions (as Redis before 7.0; here a 7.0 whose `FCALL` is renamed
+/// away) refuses every script call: the submission fails with an error that says what
+/// pelican needs, not retryable, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_without_functions_is_named_too_old() {
+    let server = RedisServer::builder()
+        .arg("--rename-command")
+        .arg("FCALL")
+        .arg("")
+        .start();
+    let p = Producer::<Req, Resp>::connect(queue(&server, "old"), fast_producer())
+        .await
+        .unwrap();
+    let e = match p.submit(&Req::new(1, "too old")).await {
+        Ok(_) => panic!("a submission without FCALL was accepted"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
+    assert!(!e.is_retryable(), "{e:#}");
+    let said = format!("{e:#}");
+    assert_eq!(said.matches("needs Redis 7.0 or newer").count(), 1, "{said}");
+    p.shutdown().await.unwrap();
+}

@@ -78,7 +78,7 @@ impl<'s, R> ScriptCall<'s, R> {
                 self.load(conn).await?;
                 cmd.query_async(conn).await?
             }
-            r => r?,
+            r => r.map_err(library::explain)?,
         };
         (self.reply)(v)
     }
@@ -148,7 +148,7 @@ impl<'s, R> ScriptCall<'s, R> {
     ) -> Option<RedisResult<R>> {
         match last {
             Err(e) if library::not_loaded(&e) && !loaded => None,
-            r => Some(r.and_then(self.reply)),
+            r => Some(r.map_err(library::explain).and_then(self.reply)),
         }
     }
 
@@ -204,7 +204,7 @@ impl<'s, R> ScriptCall<'s, R> {
                 self.load(loader).await?;
                 conn.query(&cmd).await?
             }
-            r => r?,
+            r => r.map_err(library::explain)?,
         };
         (self.reply)(v)
     }

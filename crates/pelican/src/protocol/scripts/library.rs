@@ -21,7 +21,7 @@
 //! that never saw this version, a restart without persistence, a `FUNCTION FLUSH`) loads
 //! the library (`FUNCTION LOAD REPLACE`, on every master of a cluster) and is sent again.
 
-use redis::{RedisError, RedisResult};
+use redis::{ErrorKind, RedisError, RedisResult};
 use std::sync::OnceLock;
 
 const LIB: &str = include_str!("../../../lua/lib.lua");
@@ -110,6 +110,25 @@ pub(crate) fn not_loaded(e: &RedisError) -> bool {
     }
 }
 
+/// The error for a server without functions (Redis before 7.0: `ERR unknown command
+/// 'FCALL'`) in place of the server's own words, which do not say what to do; any other
+/// error as it is. Not retryable: the same server answers the same again.
+pub(crate) fn explain(e: RedisError) -> RedisError {
+    let unknown = e.code() == Some("ERR")
+        && e.detail().is_some_and(|d| {
+            let d = d.to_ascii_lowercase();
+            d.starts_with("unknown command") && d.contains("fcall")
+        });
+    if !unknown {
+        return e;
+    }
+    RedisError::from((
+        ErrorKind::InvalidClientConfig,
+        "this server has no functions (FCALL): pelican needs Redis 7.0 or newer, or Valkey",
+        e.to_string(),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +161,24 @@ mod tests {
         assert!(!not_loaded(&err(
             "NOPERM this user has no permissions to run the 'fcall' command"
         )));
+    }
+
+    #[test]
+    fn a_server_without_fcall_is_named_too_old() {
+        let err = |line: &str| match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => RedisError::from(e),
+            other => panic!("{other:?}"),
+        };
+        // Redis 6.2's words, and 7.0's for a renamed command
+        for line in [
+            "ERR unknown command `FCALL`, with args beginning with: `pelican_x_submit`, ",
+            "ERR unknown command 'FCALL', with args beginning with: 'pelican_x_submit' ",
+        ] {
+            let e = explain(err(line));
+            assert_eq!(e.kind(), ErrorKind::InvalidClientConfig, "{e}");
+            assert!(e.to_string().contains("Redis 7.0 or newer"), "{e}");
+        }
+        let other = explain(err("ERR unknown command 'FROB'"));
+        assert_eq!(other.code(), Some("ERR"));
     }
 }
