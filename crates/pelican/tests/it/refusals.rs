@@ -97,6 +97,10 @@ async fn a_server_without_functions_is_named_too_old() {
     assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
     assert!(!e.is_retryable(), "{e:#}");
     let said = format!("{e:#}");
-    assert_eq!(said.matches("needs Redis 7.0 or newer").count(), 1, "{said}");
+    assert_eq!(
+        said.matches("needs Redis 7.0 or newer").count(),
+        1,
+        "{said}"
+    );
     p.shutdown().await.unwrap();
 }
