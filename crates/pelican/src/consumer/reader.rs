@@ -278,9 +278,12 @@ async fn read_ahead<Req, Resp, C>(
     };
     let wait = inner.config.claim_idle / 4;
     let slots = inner.slots.clone().acquire_many_owned(entries.len() as u32);
+    // Stopping first: a consumer that stops frees the slots of what it had in work, and
+    // entries given those slots now would only be dropped again by the stopping reader.
     let permits = tokio::select! {
-        p = tokio::time::timeout(wait, slots) => p.ok().map(|p| p.expect("never closed")),
+        biased;
         _ = inner.stop.cancelled() => None,
+        p = tokio::time::timeout(wait, slots) => p.ok().map(|p| p.expect("never closed")),
     };
     let Some(permits) = permits else {
         for e in entries {
