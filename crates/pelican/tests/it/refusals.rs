@@ -40,6 +40,18 @@ const NO_FCALL: &[&str] = &[
     "+xreadgroup",
 ];
 
+/// The error `p` gets submitting `req`, which Redis must refuse: a Redis error, retryable
+/// as `retryable` says.
+async fn refused(p: &Producer<Req, Resp>, req: &Req, retryable: bool) -> pelican::Error {
+    let e = match p.submit(req).await {
+        Ok(_) => panic!("a submission Redis must refuse was accepted: {req:?}"),
+        Err(e) => e,
+    };
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
+    assert_eq!(e.is_retryable(), retryable, "{e:#}");
+    e
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acl_denial_is_not_retryable() {
     let server = RedisServer::start();
@@ -51,12 +63,7 @@ async fn an_acl_denial_is_not_retryable() {
     let p = Producer::<Req, Resp>::connect(q, fast_producer())
         .await
         .unwrap();
-    let e = match p.submit(&Req::new(1, "denied")).await {
-        Ok(_) => panic!("a submission without FCALL was accepted"),
-        Err(e) => e,
-    };
-    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
-    assert!(!e.is_retryable(), "{e:#}");
+    let e = refused(&p, &Req::new(1, "denied"), false).await;
     let said = format!("{e:#}");
     assert_eq!(said.matches("no permissions").count(), 1, "{said}");
     p.shutdown().await.unwrap();
@@ -69,12 +76,7 @@ async fn redis_gone_is_retryable() {
         .await
         .unwrap();
     server.kill();
-    let e = match p.submit(&Req::new(1, "nowhere")).await {
-        Ok(_) => panic!("a submission to a killed server was accepted"),
-        Err(e) => e,
-    };
-    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
-    assert!(e.is_retryable(), "{e:#}");
+    refused(&p, &Req::new(1, "nowhere"), true).await;
 }
 
 /// A server without functions (as Redis before 7.0; here a 7.0 whose `FCALL` is renamed
@@ -90,12 +92,7 @@ async fn a_server_without_functions_is_named_too_old() {
     let p = Producer::<Req, Resp>::connect(queue(&server, "old"), fast_producer())
         .await
         .unwrap();
-    let e = match p.submit(&Req::new(1, "too old")).await {
-        Ok(_) => panic!("a submission without FCALL was accepted"),
-        Err(e) => e,
-    };
-    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
-    assert!(!e.is_retryable(), "{e:#}");
+    let e = refused(&p, &Req::new(1, "too old"), false).await;
     let said = format!("{e:#}");
     assert_eq!(
         said.matches("needs Redis 7.0 or newer").count(),

@@ -133,6 +133,14 @@ pub(crate) fn explain(e: RedisError) -> RedisError {
 mod tests {
     use super::*;
 
+    /// The error Redis' error reply `line` (without its `-` and CRLF) becomes.
+    fn err(line: &str) -> RedisError {
+        match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
+            Ok(redis::Value::ServerError(e)) => RedisError::from(e),
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[test]
     fn every_script_is_a_function_of_one_library_named_by_its_code() {
         let lib = library();
@@ -149,10 +157,6 @@ mod tests {
 
     #[test]
     fn a_missing_function_or_script_is_told_from_other_errors() {
-        let err = |line: &str| match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
-            Ok(redis::Value::ServerError(e)) => RedisError::from(e),
-            other => panic!("{other:?}"),
-        };
         assert!(not_loaded(&err("ERR Function not found")));
         assert!(not_loaded(&err(
             "NOSCRIPT No matching script. Please use EVAL."
@@ -165,10 +169,6 @@ mod tests {
 
     #[test]
     fn a_server_without_fcall_is_named_too_old() {
-        let err = |line: &str| match redis::parse_redis_value(format!("-{line}\r\n").as_bytes()) {
-            Ok(redis::Value::ServerError(e)) => RedisError::from(e),
-            other => panic!("{other:?}"),
-        };
         // Redis 6.2's words, and 7.0's for a renamed command
         for line in [
             "ERR unknown command `FCALL`, with args beginning with: `pelican_x_submit`, ",
