@@ -13,7 +13,8 @@
 #   the floor; pelican bench --payload-bytes SIZE with dedup on, then off, for each codec
 #   in $CODECS (default "raw json").
 # Every run's figures go to stdout as they come (one JSON line each); at the end a
-# table per size: medians, and the ratios pelican/floor (rate) and pelican/floor (p50).
+# table per size: medians, the ratios pelican/floor (rate) and pelican/floor (p50), and
+# Redis' CPU time per request (for the floor: per SET + GET pair of its rate run).
 #
 # Env knobs:
 #   PELICAN_BIN=<path>   a pelican binary to measure instead of building this tree's
@@ -24,6 +25,8 @@
 #   REDIS_CPU=<list>     run redis-server on these CPUs only (taskset -c), for the floor
 #                        and pelican alike: Redis with a core of its own, as in production,
 #                        instead of wherever the scheduler puts it beside the clients
+#   INFLIGHT=<n>         pelican's requests in flight for every size, instead of
+#                        100 MB / size (16 to 1,000)
 #   RUN_TIMEOUT=600      seconds one run may take
 # Starts its own redis-server (no persistence) on a free loopback port and stops it at
 # the end. Needs redis-server, redis-benchmark, python3.
@@ -35,6 +38,7 @@ N="${1:-3}"
 shift || true
 SIZES=("$@")
 [ ${#SIZES[@]} -gt 0 ] || SIZES=(64 10000 100000 1000000 4000000)
+INFLIGHT="${INFLIGHT:-}"
 CODECS="${CODECS:-raw json}"
 RUN_TIMEOUT="${RUN_TIMEOUT:-600}"
 PEERS="${PEERS:-$ROOT/../shared/peers}"
@@ -46,6 +50,8 @@ say() { echo "compare-floor.sh: $*" >&2; }
 for s in "${SIZES[@]}"; do
   [[ "$s" =~ ^[1-9][0-9]*$ ]] || die "a size is a positive number of bytes, not '$s'"
 done
+[ -z "$INFLIGHT" ] || [[ "$INFLIGHT" =~ ^[1-9][0-9]*$ ]] \
+  || die "INFLIGHT is a positive number of requests, not '$INFLIGHT'"
 for c in redis-server redis-benchmark python3; do
   command -v "$c" >/dev/null || die "$c not found"
 done
@@ -92,29 +98,39 @@ quiet() {
 # At most ~100 MB of bodies in flight (1 MB: 100 in flight, as the issue's own
 # measurement); enough latency requests for a p99.
 counts() {
-  python3 - "$1" <<'EOF'
+  python3 - "$1" "$INFLIGHT" <<'EOF'
 import sys
 s = int(sys.argv[1])
 clamp = lambda v, lo, hi: max(lo, min(hi, v))
 req = clamp(2_000_000_000 // s, 300, 20_000)
 lat = clamp(200_000_000 // s, 100, 2_000)
-inflight = clamp(100_000_000 // s, 16, 1_000)
+inflight = int(sys.argv[2]) if sys.argv[2] else clamp(100_000_000 // s, 16, 1_000)
 print(req, lat, inflight)
 EOF
 }
 
-# One floor run: SET and GET rates with 8 clients, p50s with 1 client.
+# Redis' CPU time so far (INFO cpu: user + system), in seconds.
+redis_cpu() {
+  redis-cli -p "$PORT" info cpu | tr -d '\r' \
+    | awk -F: '/^used_cpu_(sys|user):/ { s += $2 } END { printf "%.6f\n", s }'
+}
+
+# One floor run: SET and GET rates with 8 clients (and Redis' CPU time per SET + GET pair
+# in that run), p50s with 1 client.
 floor() {
   local size="$1" n rate_n lat_n
   read -r rate_n lat_n _ < <(counts "$size")
   n="$rate_n"
-  local rate lat
+  local rate lat cpu0 cpu1
+  cpu0="$(redis_cpu)"
   rate="$(redis-benchmark -p "$PORT" -t set,get -d "$size" -n "$n" -c 8 -r 1000 --csv 2>/dev/null)"
+  cpu1="$(redis_cpu)"
   lat="$(redis-benchmark -p "$PORT" -t set,get -d "$size" -n "$lat_n" -c 1 -r 1000 --csv 2>/dev/null)"
   redis-cli -p "$PORT" flushall >/dev/null
-  python3 - "$size" "$rate" "$lat" <<'EOF'
+  python3 - "$size" "$rate" "$lat" "$n" "$cpu0" "$cpu1" <<'EOF'
 import csv, io, json, sys
 size, rate, lat = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+pairs, cpu = int(sys.argv[4]), float(sys.argv[6]) - float(sys.argv[5])
 def rows(text):
     return {r["test"]: r for r in csv.DictReader(io.StringIO(text))}
 r, l = rows(rate), rows(lat)
@@ -122,7 +138,8 @@ set_rps, get_rps = float(r["SET"]["rps"]), float(r["GET"]["rps"])
 set_p50, get_p50 = float(l["SET"]["p50_latency_ms"]), float(l["GET"]["p50_latency_ms"])
 print(json.dumps({"system": "floor", "size": size, "set_rps": set_rps, "get_rps": get_rps,
     "rate": round(1 / (1 / set_rps + 1 / get_rps), 1), "set_p50_ms": set_p50,
-    "get_p50_ms": get_p50, "p50_ms": round(set_p50 + get_p50, 3)}))
+    "get_p50_ms": get_p50, "p50_ms": round(set_p50 + get_p50, 3),
+    "redis_cpu_us_per_req": round(cpu / pairs * 1e6, 1)}))
 EOF
 }
 
@@ -176,7 +193,8 @@ print("|---|---|---|---|---|---|---|---|---|")
 for s in sizes:
     fl = [r for r in runs if r["system"] == "floor" and r["size"] == s]
     frate, fp50 = med(r["rate"] for r in fl), med(r["p50_ms"] for r in fl)
-    print(f"| {s} | Redis floor (SET+GET) | {len(fl)} | {frate:,.0f} | 1 | {fp50:.3f} | 1 | | |")
+    fcpu = med(r["redis_cpu_us_per_req"] for r in fl if "redis_cpu_us_per_req" in r)
+    print(f"| {s} | Redis floor (SET+GET) | {len(fl)} | {frate:,.0f} | 1 | {fp50:.3f} | 1 | | {fcpu:,.1f} |")
     keys = sorted({(r["codec"], r["dedup"], r["system"]) for r in runs
                    if r["system"].startswith("pelican") and r["size"] == s},
                   key=lambda k: (k[0], not k[1], k[2]))
