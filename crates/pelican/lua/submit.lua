@@ -20,6 +20,8 @@
 --   "=" joined a request already in flight
 --   an outcome ("O..", "E..", "D..", ...) the cached result of a finished request
 --   "!" its stored body is missing (the SET before this call failed): not submitted
+--       (asked only of a request that needs a new entry: a join or a cached outcome
+--       needs no body)
 local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], now = tonumber(ARGV[1]),
   group = ARGV[3], ttl = tonumber(ARGV[4]), maxlen = ARGV[5] }
 local ARGV = ARGV
@@ -32,21 +34,17 @@ for i = 6, #ARGV, 6 do
   if stage ~= '' then bname, bvalue = 'bref', '1' end
   local answer
   local key = q.reqp .. rid
-  local v = false
-  if stage ~= '' and rcall('EXISTS', body_key(q, stage)) == 0 then
-    -- its SET failed (refused: maxmemory, a read-only replica): the caller is told
-    answer = '!'
-  else
-    v = rpcall('GET', key)
-  end
+  local v = rpcall('GET', key)
   -- not a string: a foreign client's key, not ours; the SET below replaces it
   local foreign, sid, dl, waiters = false, nil, nil, nil
   if v then
     foreign = type(v) == 'table' and v.err
     if foreign then v = false else sid, dl, waiters = index_parse(v) end
   end
-  if answer then
-    -- nothing to do
+  if sid and dl < q.now and stage ~= '' and rcall('EXISTS', body_key(q, stage)) == 0 then
+    -- its SET failed (refused: maxmemory, a read-only replica): the caller is told, and
+    -- the expired entry is left for a submission that brings its body
+    answer = '!'
   elseif sid and dl < q.now then
     -- in flight but past its deadline: expire it so this submission starts afresh
     rcall('XACK', q.stream, q.group, sid)
@@ -69,16 +67,24 @@ for i = 6, #ARGV, 6 do
     else
       new = rcall('XADD', q.stream, '*', 'head', head, 'tp', tp, bname, bvalue)
     end
-    if stage ~= '' then rcall('RENAME', body_key(q, stage), body_key(q, new)) end
-    local pending = index_pending(new, deadline, producer)
-    if foreign then
-      rcall('SET', key, pending, 'PX', index_ttl)
+    -- RENAME fails when the staged body is missing (its SET failed: refused by maxmemory,
+    -- a read-only replica): the new entry goes again and the caller is told. One call
+    -- instead of an EXISTS before every new entry.
+    local refused = stage ~= '' and rpcall('RENAME', body_key(q, stage), body_key(q, new)).err
+    if refused then
+      rcall('XDEL', q.stream, new)
+      answer = '!'
     else
-      -- GET: the reply is the old value (a string or none), not a status, which Lua
-      -- would get as a table of its own (GET refuses a key of another type: above)
-      rcall('SET', key, pending, 'PX', index_ttl, 'GET')
+      local pending = index_pending(new, deadline, producer)
+      if foreign then
+        rcall('SET', key, pending, 'PX', index_ttl)
+      else
+        -- GET: the reply is the old value (a string or none), not a status, which Lua
+        -- would get as a table of its own (GET refuses a key of another type: above)
+        rcall('SET', key, pending, 'PX', index_ttl, 'GET')
+      end
+      answer = new
     end
-    answer = new
   elseif stage ~= '' then
     rcall('DEL', body_key(q, stage))
   end

@@ -7,7 +7,7 @@ use super::*;
 /// script: the new entry carries `bref` and its body moves to `body:<sid>`; a duplicate's
 /// staged body is deleted; the body goes with its entry when it is completed, moves with
 /// it to the dead letters and back on requeue; a submission whose staged body is missing
-/// is refused, not queued.
+/// is refused, not queued (its entry is taken back), unless it joins one in flight.
 #[tokio::test]
 async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
     let f = fixture().await;
@@ -56,6 +56,11 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
         SubmitAnswer::BodyMissing
     );
     assert_eq!(f.index("other").await, None, "refused, not queued");
+    assert_eq!(
+        submit("p2", "big", "sp2:3", false).await,
+        SubmitAnswer::Joined,
+        "a join needs no body: its missing staged body does not refuse it"
+    );
 
     // delivered; the reader's MGET finds the body at the entry's key
     let mut entries = f.deliver_entries().await;
