@@ -41,16 +41,18 @@ for i = 6, #ARGV, 6 do
     foreign = type(v) == 'table' and v.err
     if foreign then v = false else sid, dl, waiters = index_parse(v) end
   end
-  if sid and dl < q.now and stage ~= '' and rcall('EXISTS', body_key(q, stage)) == 0 then
-    -- its SET failed (refused: maxmemory, a read-only replica): the caller is told, and
-    -- the expired entry is left for a submission that brings its body
-    answer = '!'
-  elseif sid and dl < q.now then
-    -- in flight but past its deadline: expire it so this submission starts afresh
-    rcall('XACK', q.stream, q.group, sid)
-    rcall('XDEL', q.stream, sid)
-    rcall('DEL', body_key(q, sid))
-    finish(q, sid, { rid = rid, index = '1' }, 'Xdeadline passed before the request was solved')
+  if sid and dl < q.now then
+    if stage ~= '' and rcall('EXISTS', body_key(q, stage)) == 0 then
+      -- its SET failed (refused: maxmemory, a read-only replica): the caller is told, and
+      -- the expired entry is left for a submission that brings its body
+      answer = '!'
+    else
+      -- in flight but past its deadline: expire it so this submission starts afresh
+      rcall('XACK', q.stream, q.group, sid)
+      rcall('XDEL', q.stream, sid)
+      rcall('DEL', body_key(q, sid))
+      finish(q, sid, { rid = rid, index = '1' }, 'Xdeadline passed before the request was solved')
+    end
   elseif sid then
     local more = index_add_waiter(waiters, producer)
     if more then rcall('APPEND', key, more) end

@@ -149,6 +149,43 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
 /// the outcome that names it, never its bytes; a later outcome for the same entry loses
 /// and its own answer is deleted (the winner's stays); an outcome whose answer did not
 /// arrive changes nothing and says so; dedup off, the same holds with the XACK gate.
+/// A submission whose staged body is missing does not expire the entry in flight past its
+/// deadline: it is refused and the entry stays, for a submission that brings its body.
+#[tokio::test]
+async fn a_missing_body_leaves_an_expired_entry_for_the_next_submission() {
+    let f = fixture().await;
+    let now = crate::clock::now_ms();
+    let body = vec![b'x'; 10_000];
+    let SubmitAnswer::Queued(old) = f
+        .submit_staged("p1", "big", now, Some(("sp1:1", Some(body.as_slice()))))
+        .await
+    else {
+        panic!("queued")
+    };
+    let later = deadline(now) + 1;
+    assert_eq!(
+        f.submit_staged("p2", "big", later, Some(("sp2:1", None)))
+            .await,
+        SubmitAnswer::BodyMissing
+    );
+    let Some(IndexValue::Pending(p)) = f.index("big").await else {
+        panic!("still in flight")
+    };
+    assert_eq!(p.sid, old, "the expired entry stays");
+    let SubmitAnswer::Queued(new) = f
+        .submit_staged("p2", "big", later, Some(("sp2:2", Some(body.as_slice()))))
+        .await
+    else {
+        panic!("with its body, the submission starts afresh")
+    };
+    assert_ne!(new, old);
+    let v: Value = f
+        .query(redis::cmd("XRANGE").arg(&f.keys.stream).arg("-").arg("+"))
+        .await;
+    let ids: Vec<String> = parse_entries(&v).iter().map(|e| e.id.to_string()).collect();
+    assert_eq!(ids, [new], "the expired entry went, the new one is queued");
+}
+
 #[tokio::test]
 async fn a_stored_answer_is_named_by_its_outcome_and_a_losers_is_deleted() {
     let f = fixture().await;
