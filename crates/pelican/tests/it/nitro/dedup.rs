@@ -4,10 +4,28 @@
 use super::*;
 use pelican_testkit::eventually;
 use pelican_testkit::nitro::{Answer, NitroProducer};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// The copies that joined a job in flight: the `j` fields of every dedup job of the stream.
+fn joiners(url: &str, stream: &str) -> usize {
+    let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
+    let jobs: Vec<String> = redis::cmd("KEYS")
+        .arg(format!("pelican-nitro:{{{stream}}}:job:*"))
+        .query(&mut c)
+        .unwrap();
+    jobs.iter()
+        .map(|job| {
+            let fields: HashMap<String, String> =
+                redis::cmd("HGETALL").arg(job).query(&mut c).unwrap();
+            fields.values().filter(|v| *v == "j").count()
+        })
+        .sum()
+}
 
 /// Three Nitro producers send the same six requests (18 entries); two pelican consumers
-/// with dedup run the handler six times, and every entry gets its result key. With the
-/// cache, a repeat after the answers is answered without a run.
+/// with dedup run the handler six times, and every entry gets its result key. Each run
+/// waits until the 12 copies have joined a job in flight, so the test takes the join path
+/// (not the cache's). With the cache, a repeat after the answers is answered without a run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_requests_from_several_producers_are_solved_once() {
     let env = Env::new("nitro-dedup");
@@ -27,15 +45,38 @@ async fn identical_requests_from_several_producers_are_solved_once() {
         .with_dedup(true)
         .with_dedup_cache_ttl(Some(Duration::from_secs(60)));
     let mut workers = Vec::new();
+    let copies = ids.len() - distinct as usize;
+    // Set once every copy has joined: a job's joiners go with its answer, so the count
+    // falls again as the first runs finish.
+    let all_joined = Arc::new(AtomicBool::new(false));
     for _ in 0..2 {
         let r2 = runs.clone();
+        let (url, stream, all_joined) = (env.url(), env.stream.clone(), all_joined.clone());
         workers.push(
             Worker::spawn(env.config(), cfg.clone(), 4, move |r: Req, _job| {
                 let runs = r2.clone();
+                let (url, stream, all_joined) = (url.clone(), stream.clone(), all_joined.clone());
                 async move {
                     runs.hit(r.i);
-                    // Long enough that the copies of a request are in flight together.
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    // Every slot is free for a copy (a joined copy holds none), so all 18
+                    // entries are read while the six runs wait here.
+                    eventually(
+                        Duration::from_secs(20),
+                        "every copy to join a job in flight",
+                        || {
+                            let (url, stream) = (url.clone(), stream.clone());
+                            let all_joined = all_joined.clone();
+                            async move {
+                                if !all_joined.load(Ordering::SeqCst)
+                                    && blocking(move || joiners(&url, &stream)).await == copies
+                                {
+                                    all_joined.store(true, Ordering::SeqCst);
+                                }
+                                all_joined.load(Ordering::SeqCst)
+                            }
+                        },
+                    )
+                    .await;
                     Ok(Req {
                         data: format!("solved {}", r.i),
                         ..r
