@@ -9,17 +9,20 @@
 # through pelican moves its body into Redis once and out once, so
 #   floor rate    = 1 / (1 / SET rate + 1 / GET rate)
 #   floor latency = SET p50 + GET p50
-# Each round runs, for each size and in this order, each after the machine is quiet:
-#   the floor; pelican bench --payload-bytes SIZE with dedup on, then off, for each codec
-#   in $CODECS (default "raw json").
+# Each round runs, for each size, each after the machine is quiet: the floor, and
+#   pelican bench --payload-bytes SIZE with dedup on and off for each codec in $CODECS
+#   (default "raw json") and each binary; odd rounds in that order, even rounds in the
+#   reverse (the floor last), so that the medians of an even number of rounds see every
+#   slot equally often before and after every other.
 # Every run's figures go to stdout as they come (one JSON line each); at the end a
 # table per size: medians, the ratios pelican/floor (rate) and pelican/floor (p50), and
 # Redis' CPU time per request (for the floor: per SET + GET pair of its rate run).
 #
 # Env knobs:
 #   PELICAN_BIN=<path>   a pelican binary to measure instead of building this tree's
-#   PELICAN_BIN_B=<path> a second binary (another build) measured right after the first
-#                        in every run slot (A/B in the same rounds); its rows say "B"
+#   PELICAN_BIN_B=<path> a second binary (another build) measured beside the first in
+#                        every run slot (A then B in odd rounds, B then A in even ones);
+#                        its rows say "B"
 #   CODECS="raw json"    the bench's --codec values to run
 #   QUIET=0              do not wait for quiet (../shared/peers/quiet.sh)
 #   REDIS_CPU=<list>     run redis-server on these CPUs only (taskset -c), for the floor
@@ -65,32 +68,19 @@ if [ -n "${PELICAN_BIN_B:-}" ]; then
 fi
 
 OUT="$(mktemp -d -t compare-floor.XXXXXX)"
-PORT="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
-PIN=()
+RPIN=()
 if [ -n "${REDIS_CPU:-}" ]; then
   command -v taskset >/dev/null || die "REDIS_CPU needs taskset"
-  PIN=(taskset -c "$REDIS_CPU")
+  RPIN=(taskset -c "$REDIS_CPU")
 fi
-"${PIN[@]}" redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no \
-  --daemonize yes --pidfile "$OUT/redis.pid" --logfile "$OUT/redis.log" >/dev/null
+. "$ROOT/scripts/lib/private-server.sh"
 cleanup() {
-  redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1 || true
+  stop_server
   rm -rf "$OUT"
 }
 trap cleanup EXIT
-for _ in $(seq 50); do
-  redis-cli -p "$PORT" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
-redis-cli -p "$PORT" ping >/dev/null || die "redis-server on port $PORT did not start"
+start_server redis-server
 say "redis-server $(redis-server --version | grep -o 'v=[0-9.]*') on port $PORT${REDIS_CPU:+ (CPUs $REDIS_CPU)}; sizes ${SIZES[*]}; $N rounds"
-
-quiet() {
-  [ "${QUIET:-1}" = "0" ] && return 0
-  if [ -x "$PEERS/quiet.sh" ]; then
-    "$PEERS/quiet.sh" || say "the machine did not get quiet; measuring anyway"
-  fi
-}
 
 # Request counts by size: 2 GB of bodies per run (capped at 20,000 requests), a few
 # seconds at 100 KB and 1 MB: runs of 400 MB (under a second) were mostly warm-up there
@@ -163,22 +153,42 @@ print(json.dumps({"system": "pelican" + os.environ["LABEL"], "size": r["payload_
     || { cat "$OUT/bench.err" >&2; die "pelican bench failed (size $size, $codec, dedup $dedup)"; }
 }
 
-for round in $(seq "$N"); do
-  for size in "${SIZES[@]}"; do
-    say "round $round/$N, $size bytes: floor"
-    quiet
-    floor "$size" | tee -a "$OUT/runs"
-    for codec in $CODECS; do
-      for dedup in on off; do
-        for b in "${!BINS[@]}"; do
-          label=""
-          [ "$b" = 1 ] && label=" B"
-          say "round $round/$N, $size bytes: pelican$label $codec, dedup $dedup"
-          quiet
-          run_pelican "$size" "$codec" "$dedup" "${BINS[$b]}" "$label" | tee -a "$OUT/runs"
-        done
-      done
+# A round's pelican slots: every codec, dedup on and off, every binary. Odd rounds run
+# the floor first and the slots in this order, even rounds the slots reversed and the
+# floor last, so that no run always follows the same other one (a slot's place in the
+# round moved A/B comparisons by 5-14 % when B always ran right after A).
+SLOTS=()
+for codec in $CODECS; do
+  for dedup in on off; do
+    for b in "${!BINS[@]}"; do
+      SLOTS+=("$codec $dedup $b")
     done
+  done
+done
+
+floor_slot() {
+  say "round $1/$N, $2 bytes: floor"
+  quiet
+  floor "$2" | tee -a "$OUT/runs"
+}
+
+for round in $(seq "$N"); do
+  order=("${SLOTS[@]}")
+  if [ $(( round % 2 )) = 0 ]; then
+    order=()
+    for (( i = ${#SLOTS[@]} - 1; i >= 0; i-- )); do order+=("${SLOTS[$i]}"); done
+  fi
+  for size in "${SIZES[@]}"; do
+    if [ $(( round % 2 )) = 1 ]; then floor_slot "$round" "$size"; fi
+    for slot in "${order[@]}"; do
+      read -r codec dedup b <<<"$slot"
+      label=""
+      [ "$b" = 1 ] && label=" B"
+      say "round $round/$N, $size bytes: pelican$label $codec, dedup $dedup"
+      quiet
+      run_pelican "$size" "$codec" "$dedup" "${BINS[$b]}" "$label" | tee -a "$OUT/runs"
+    done
+    if [ $(( round % 2 )) = 0 ]; then floor_slot "$round" "$size"; fi
   done
 done
 

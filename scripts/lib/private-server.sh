@@ -1,5 +1,6 @@
 # Sourced by the scripts that run `pelican bench` against redis-servers of their own
-# (compare-servers.sh, compare-builds.sh), after OUT, PEERS, say and die are set. Defines
+# (compare-servers.sh, compare-builds.sh, compare-floor.sh), after OUT, PEERS, say and die
+# are set. Defines
 #   start_server BIN [PROFILE]  a fresh BIN (redis-server, valkey-server) without
 #                               persistence on a free loopback port, $PORT; under
 #                               callgrind writing PROFILE when given, else prefixed by
