@@ -30,6 +30,8 @@
 #                        instead of wherever the scheduler puts it beside the clients
 #   INFLIGHT=<n>         pelican's requests in flight for every size, instead of
 #                        100 MB / size (16 to 1,000)
+#   WORKERS=<n>          pelican's worker processes (pelican bench --workers), instead of
+#                        the bench's one; B can differ by a wrapper of the same binary
 #   RUN_TIMEOUT=600      seconds one run may take
 # Starts its own redis-server (no persistence) on a free loopback port and stops it at
 # the end. Needs redis-server, redis-benchmark, python3.
@@ -55,6 +57,9 @@ for s in "${SIZES[@]}"; do
 done
 [ -z "$INFLIGHT" ] || [[ "$INFLIGHT" =~ ^[1-9][0-9]*$ ]] \
   || die "INFLIGHT is a positive number of requests, not '$INFLIGHT'"
+WORKERS="${WORKERS:-}"
+[ -z "$WORKERS" ] || [[ "$WORKERS" =~ ^[1-9][0-9]*$ ]] \
+  || die "WORKERS is a positive number of processes, not '$WORKERS'"
 for c in redis-server redis-benchmark python3; do
   command -v "$c" >/dev/null || die "$c not found"
 done
@@ -138,6 +143,7 @@ run_pelican() {
   read -r req lat inflight < <(counts "$size")
   local extra=()
   [ "$dedup" = "off" ] && extra+=(--no-dedup)
+  [ -n "$WORKERS" ] && extra+=(--workers "$WORKERS")
   timeout "$RUN_TIMEOUT" "$bin" --redis "redis://127.0.0.1:$PORT" bench --json \
     --payload-bytes "$size" --codec "$codec" --requests "$req" --inflight "$inflight" \
     --latency-requests "$lat" --warmup "$(( req / 10 < 100 ? req / 10 : 100 ))" \
