@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 fn joiners(url: &str, stream: &str) -> usize {
     let mut c = redis::Client::open(url).unwrap().get_connection().unwrap();
     let jobs: Vec<String> = redis::cmd("KEYS")
-        .arg(format!("pelican-nitro:{{{stream}}}:job:*"))
+        .arg(dedup_jobs(stream))
         .query(&mut c)
         .unwrap();
     jobs.iter()

@@ -39,6 +39,11 @@ pub fn req(i: u64) -> Req {
     }
 }
 
+/// The pattern of a stream's dedup jobs (`pelican-nitro:{<stream>}:job:<hash>`).
+pub fn dedup_jobs(stream: &str) -> String {
+    format!("pelican-nitro:{{{stream}}}:job:*")
+}
+
 /// A test's own server and stream.
 pub struct Env {
     pub server: RedisServer,
@@ -110,7 +115,7 @@ impl Env {
     pub fn leftovers(&self) -> Vec<String> {
         let mut out = self.keys(&format!("result-key:{}.*", self.stream));
         out.extend(self.keys(&format!("error-key:{}.*", self.stream)));
-        out.extend(self.keys(&format!("pelican-nitro:{{{}}}:job:*", self.stream)));
+        out.extend(self.keys(&dedup_jobs(&self.stream)));
         out
     }
 
