@@ -179,13 +179,14 @@ floor_slot() {
 }
 
 for round in $(seq "$N"); do
+  odd=$(( round % 2 ))
   order=("${SLOTS[@]}")
-  if [ $(( round % 2 )) = 0 ]; then
+  if [ "$odd" = 0 ]; then
     order=()
     for (( i = ${#SLOTS[@]} - 1; i >= 0; i-- )); do order+=("${SLOTS[$i]}"); done
   fi
   for size in "${SIZES[@]}"; do
-    if [ $(( round % 2 )) = 1 ]; then floor_slot "$round" "$size"; fi
+    if [ "$odd" = 1 ]; then floor_slot "$round" "$size"; fi
     for slot in "${order[@]}"; do
       read -r codec dedup b <<<"$slot"
       label=""
@@ -194,7 +195,7 @@ for round in $(seq "$N"); do
       quiet
       run_pelican "$size" "$codec" "$dedup" "${BINS[$b]}" "$label" | tee -a "$OUT/runs"
     done
-    if [ $(( round % 2 )) = 0 ]; then floor_slot "$round" "$size"; fi
+    if [ "$odd" = 0 ]; then floor_slot "$round" "$size"; fi
   done
 done
 
