@@ -17,6 +17,15 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 /// Longest a single DevTools call may take.
 const CALL_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// Longest one in-page watch of a `wait_for` condition lasts before it is checked anew.
+const WATCH: Duration = Duration::from_secs(1);
+
+/// Whether a DevTools error says the page's document was replaced under the call.
+fn navigated_away(e: &Value) -> bool {
+    let m = e["message"].as_str().unwrap_or("");
+    m.contains("context was destroyed") || m.contains("Cannot find context")
+}
+
 /// The browser binary: `$CHROMIUM`, else `chromium` or `chromium-browser` on PATH.
 fn binary() -> PathBuf {
     if let Some(p) = std::env::var_os("CHROMIUM") {
@@ -128,6 +137,14 @@ impl Browser {
 
     /// One DevTools call (on the page's session once attached); panics on an error.
     pub async fn call(&mut self, method: &str, params: Value) -> Value {
+        match self.try_call(method, params).await {
+            Ok(v) => v,
+            Err(e) => panic!("{method} failed: {e}"),
+        }
+    }
+
+    /// One DevTools call: its result, or the error Chromium answered with.
+    async fn try_call(&mut self, method: &str, params: Value) -> Result<Value, Value> {
         self.next_id += 1;
         let id = self.next_id;
         let mut msg = json!({ "id": id, "method": method, "params": params });
@@ -156,9 +173,9 @@ impl Browser {
                 continue; // an event, or another call's answer
             }
             if let Some(e) = v.get("error") {
-                panic!("{method} failed: {e}");
+                return Err(e.clone());
             }
-            return v["result"].clone();
+            return Ok(v["result"].clone());
         }
     }
 
@@ -183,15 +200,15 @@ impl Browser {
         r["result"]["value"].clone()
     }
 
-    /// Polls `cond` (a JavaScript expression) until it is true; panics after 30 s with
-    /// what the page shows.
+    /// Waits until `cond` (a JavaScript expression) is true; panics after 30 s with what
+    /// the page shows. The page itself watches: `cond` is checked again on every change
+    /// to the document (and to its load state), so the wait ends as soon as it holds.
+    /// A navigation ends the page's watch; it starts again in the new document.
     pub async fn wait_for(&mut self, what: &str, cond: &str) {
         let start = Instant::now();
         loop {
-            if self.eval(&format!("!!({cond})")).await == json!(true) {
-                return;
-            }
-            if start.elapsed() > super::DEADLINE {
+            let left = super::DEADLINE.saturating_sub(start.elapsed());
+            if left.is_zero() {
                 let text = self
                     .eval("document.body ? document.body.innerText : ''")
                     .await;
@@ -201,7 +218,44 @@ impl Browser {
                     text.as_str().unwrap_or("")
                 );
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // One watch lasts at most WATCH (or what is left of the deadline): conditions
+            // that no document change announces (a timer's work) are checked then.
+            let watch_ms = left.min(WATCH).as_millis();
+            let expr = format!(
+                "new Promise((resolve, reject) => {{ \
+                   const holds = () => !!({cond}); \
+                   let done = false, timer, obs; \
+                   const finish = (ok) => {{ if (done) return; done = true; clearTimeout(timer); \
+                     if (obs) obs.disconnect(); document.removeEventListener('readystatechange', check); \
+                     resolve(ok); }}; \
+                   const check = () => {{ try {{ if (holds()) finish(true); }} \
+                     catch (e) {{ done = true; reject(e); }} }}; \
+                   check(); if (done) return; \
+                   obs = new MutationObserver(check); \
+                   obs.observe(document, {{ subtree: true, childList: true, attributes: true, characterData: true }}); \
+                   document.addEventListener('readystatechange', check); \
+                   timer = setTimeout(() => {{ try {{ finish(holds()); }} catch (e) {{ done = true; reject(e); }} }}, {watch_ms}); \
+                 }})"
+            );
+            let r = self
+                .try_call(
+                    "Runtime.evaluate",
+                    json!({ "expression": expr, "returnByValue": true, "awaitPromise": true }),
+                )
+                .await;
+            match r {
+                Ok(r) => {
+                    if let Some(e) = r.get("exceptionDetails") {
+                        panic!("waiting for {what}: {cond} threw: {e}");
+                    }
+                    if r["result"]["value"] == json!(true) {
+                        return;
+                    }
+                }
+                // The document went away under the watch (a navigation): watch the new one.
+                Err(e) if navigated_away(&e) => {}
+                Err(e) => panic!("waiting for {what}: Runtime.evaluate failed: {e}"),
+            }
         }
     }
 
