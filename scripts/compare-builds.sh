@@ -8,7 +8,8 @@
 # machine is quiet, against a private redis-server (no persistence). By default Redis
 # runs on CPU 0 and the bench's processes on the others: on this 2-CPU machine kind the
 # same build's Redis time per request otherwise lands in one of two bands depending on
-# where the scheduler puts the three processes (BENCHMARKS.md, "Session W" under NATS),
+# where the scheduler puts the three processes
+# (docs/benchmarks/2026-12-03-a7c0e64-queue-name-and-servers.md, "One build, two speeds"),
 # which says more about the band a run drew than about the build. At the end, per mode:
 # each build's median rate, Redis µs per request and p50, B/A, and every run.
 #

@@ -14,8 +14,9 @@
 # answered). Progress and diagnostics go to stderr. Exits non-zero as soon as a run fails.
 #
 # PELICAN_NODEDUP_ARGS="..." goes to the runs without dedup only (after PELICAN_ARGS): e.g.
-# "--prefetch 1024", a worker window like NATS core's, which keeps none (BENCHMARKS.md,
-# "Session X" under NATS), while the runs with dedup keep JetStream's 128.
+# "--prefetch 1024", a worker window like NATS core's, which keeps none
+# (docs/benchmarks/2026-12-03-34d2f6e-read-ahead.md), while the runs with dedup keep
+# JetStream's 128.
 # Env knobs: PEERS, PELICAN_ARGS, QUIET=0, RUN_TIMEOUT=300, PELICAN_BIN (as in
 # compare-bullmq.sh). Needs nats-server with JetStream on 127.0.0.1:4222 and Redis on
 # 127.0.0.1:6379 (both benchmarks refuse anything but loopback), cargo, python3.

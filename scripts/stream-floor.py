@@ -183,7 +183,7 @@ def pelican_run(port, n, batch, lua):
         for rid in rids:
             args += [rid, now + 60000, 120000, "", "", body]
         answers = call(run, shas["submit"], 3, *keys, *args)
-        # a new entry's id ("+<sid>" from builds before session O)
+        # a new entry's id ("+<sid>" from builds before f7da2d0)
         sids = [a.decode().lstrip("+") for a in answers]
         call("XREADGROUP", "GROUP", "pelican", "c", "COUNT", batch, "STREAMS", keys[0], ">")
         args = ["pelican", 60000, 100000, now]

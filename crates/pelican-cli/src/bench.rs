@@ -114,7 +114,7 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
 /// carries the name and Redis hashes each key's bytes on every lookup (and Lua every
 /// string a script sees): the earlier `bench-<pid>-<nanos>`, 30 characters, cost 4 % more
 /// of Redis' instructions per request with dedup on (an index key per request), under 1 %
-/// without (BENCHMARKS.md, session W).
+/// without (docs/benchmarks/2026-12-03-a7c0e64-queue-name-and-servers.md).
 fn queue_name() -> String {
     use std::hash::{Hash, Hasher};
     let nanos = SystemTime::now()

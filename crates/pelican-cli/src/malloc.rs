@@ -4,10 +4,10 @@
 //! once the body is decoded or handled. glibc's malloc gives the free top of its heap back
 //! to the kernel once it passes 128 KiB, so at 100 KB bodies the worker took most of each
 //! body's pages fresh from the kernel again: 1.4-12 page faults per request, and about a
-//! third of the worker's CPU (BENCHMARKS.md, session Y). Here freed memory is kept up to
-//! [`TRIM_THRESHOLD`] and blocks up to [`MMAP_THRESHOLD`] come from the heap: the process
-//! stays at the high-water mark of what it held at once (bounded by the bodies in flight)
-//! instead of faulting it in again on every read.
+//! third of the worker's CPU (docs/benchmarks/2026-12-03-3f1306c-kept-memory.md). Here
+//! freed memory is kept up to [`TRIM_THRESHOLD`] and blocks up to [`MMAP_THRESHOLD`] come
+//! from the heap: the process stays at the high-water mark of what it held at once
+//! (bounded by the bodies in flight) instead of faulting it in again on every read.
 //!
 //! A program of its own using the library decides this for itself (README, "Large
 //! bodies"). An operator's `GLIBC_TUNABLES` with malloc settings wins over these.

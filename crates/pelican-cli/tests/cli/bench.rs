@@ -260,7 +260,8 @@ fn sixteen_mib_bodies_and_answers_keep_memory_bounded() {
 /// (`malloc.rs`), so the worker takes fresh pages from the kernel only as its memory
 /// grows, not again for every body. With glibc's defaults (`GLIBC_TUNABLES` with any malloc
 /// setting turns ours off) this run with dedup faulted 132-141 MB in while the worker grew
-/// by 2-3 MB; release builds, 3-12 fresh pages per request (BENCHMARKS.md, session Y).
+/// by 2-3 MB; release builds, 3-12 fresh pages per request
+/// (docs/benchmarks/2026-12-03-3f1306c-kept-memory.md).
 #[test]
 fn a_worker_of_100_kb_bodies_takes_fresh_pages_only_as_it_grows() {
     let server = RedisServer::start();

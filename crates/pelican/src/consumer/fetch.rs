@@ -8,7 +8,8 @@
 //! while the producers' bodies come in over several connections at once. With one, the
 //! stream backed up behind the reader (`XINFO GROUPS` during a run of 100 KB bodies: ~950
 //! entries not yet read, 20 in the consumer's hands); with four, 100 KB requests ran 19 %
-//! faster without dedup, 1 MB requests 24-26 % faster with it (BENCHMARKS.md, session O).
+//! faster without dedup, 1 MB requests 24-26 % faster with it
+//! (docs/benchmarks/2026-12-01-69e5719-reads-in-parts.md).
 
 use super::state::ConsumerState;
 use crate::clock::ms;

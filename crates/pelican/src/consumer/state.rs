@@ -34,7 +34,7 @@ pub(super) struct ConsumerState {
 /// (its pending list may hold one call's worth more meanwhile). Without it a delivery's
 /// slot was held for a read and a write round trip through a Redis busy with the
 /// producers' submissions, and that, more than Redis, bounded a worker of small quick
-/// requests (BENCHMARKS.md, session X).
+/// requests (docs/benchmarks/2026-12-03-34d2f6e-read-ahead.md).
 #[derive(Default)]
 pub(crate) struct ReadAhead {
     pub(crate) freeing: AtomicUsize,

@@ -10,7 +10,8 @@
 //! helper, their tables, then the garbage): ~26k of Redis' instructions per call, two
 //! calls per request. A library's top level runs once, when it is loaded. With one
 //! request per call (requests that take seconds, the sequential bench) Redis' work per
-//! request went from 374k instructions to 325k (BENCHMARKS.md, session Z).
+//! request went from 374k instructions to 325k
+//! (docs/benchmarks/2026-12-03-f4574d3-function-library.md).
 //!
 //! Versions side by side: the library's name carries a hash of its code
 //! (`pelican_<16 hex digits>`), and so does each function's, so producers and consumers
