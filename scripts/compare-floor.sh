@@ -33,8 +33,8 @@
 #   WORKERS=<n>          pelican's worker processes (pelican bench --workers), instead of
 #                        the bench's one; B can differ by a wrapper of the same binary.
 #                        The large-body targets are measured with WORKERS=2 (the floor is
-#                        8 clients; two processes, the least fleet: docs/benchmarks/
-#                        2026-12-05-60b5477-two-worker-method.md)
+#                        8 clients; two processes, the least fleet:
+#                        docs/benchmarks/2026-12-05-60b5477-two-worker-method.md)
 #   RUN_TIMEOUT=600      seconds one run may take
 # Starts its own redis-server (no persistence) on a free loopback port and stops it at
 # the end. Needs redis-server, redis-benchmark, python3.
