@@ -427,11 +427,14 @@ pub struct NitroWorkerArgs {
     /// (0: no expiry).
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     pub response_ttl: u64,
-    /// Solve identical requests in flight once (every entry gets the answer).
+    /// Solve identical requests once: copies in flight together share one handler run,
+    /// and a repeat of a request solved within --dedup-cache-ttl is answered from a cache.
     #[arg(long)]
     pub dedup: bool,
-    /// With --dedup: answer a repeat of a request solved within this many ms from a cache.
-    #[arg(long, value_name = "MS", requires = "dedup", value_parser = clap::value_parser!(u64).range(1..))]
+    /// With --dedup: how long a solved request's result answers its repeats, in ms; 0
+    /// keeps no cache (only copies in flight together are joined) [default: 300000, as
+    /// pelican's own queues keep results].
+    #[arg(long, value_name = "MS", requires = "dedup")]
     pub dedup_cache_ttl: Option<u64>,
     /// How long to wait for the requests in work on SIGINT/SIGTERM before handing them
     /// back, in ms.

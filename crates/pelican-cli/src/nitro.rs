@@ -67,7 +67,11 @@ async fn worker(g: &Global, args: &NitroWorkerArgs) -> CliResult {
         .with_prefetch(args.prefetch.unwrap_or(args.concurrency) as usize)
         .with_shutdown_timeout(Duration::from_millis(args.shutdown_timeout))
         .with_dedup(args.dedup)
-        .with_dedup_cache_ttl(args.dedup_cache_ttl.map(Duration::from_millis));
+        .with_dedup_cache_ttl(match args.dedup_cache_ttl {
+            None => Some(nitro::DEFAULT_DEDUP_CACHE_TTL),
+            Some(0) => None,
+            Some(ms) => Some(Duration::from_millis(ms)),
+        });
     if let Some(name) = &args.name {
         cfg = cfg.with_name(name.clone());
     }
