@@ -5,6 +5,7 @@
 
 use super::exec::Shared;
 use super::line::{self, Answer};
+use super::read::{read_line, Read};
 use super::Body;
 use pelican::HandlerError;
 use std::collections::HashMap;
@@ -13,7 +14,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -60,13 +61,14 @@ impl Child {
         st.alive.then_some(st.count)
     }
 
-    /// Hands it the line of request `id`; `None` if it is going away (pick another).
-    pub fn send(&self, id: &str, line: Vec<u8>) -> Option<oneshot::Receiver<Outcome>> {
+    /// Hands it the line of request `id`; `Err` gives the line back if it is going away
+    /// (pick another).
+    pub fn send(&self, id: &str, line: Vec<u8>) -> Result<oneshot::Receiver<Outcome>, Vec<u8>> {
         let (tx, rx) = oneshot::channel();
         {
             let mut st = self.state.lock().unwrap();
             if !st.alive {
-                return None;
+                return Err(line);
             }
             st.pending.entry(id.to_string()).or_default().push(tx);
             st.count += 1;
@@ -74,7 +76,7 @@ impl Child {
         // If the writer is gone, the child is failing: its requests are handed back with
         // the reason, this one included.
         let _ = self.lines.send(line);
-        Some(rx)
+        Ok(rx)
     }
 
     /// Takes it out of service: it is killed and its requests handed back. The first
@@ -245,46 +247,47 @@ async fn run_once(
     let max_line = s.max_body_bytes / 3 * 4 + (64 << 10);
     let mut buf = Vec::with_capacity(4096);
 
-    // The hellos: ours first, then the child's, within the start timeout.
+    // The hellos: ours first, then the child's, within the start timeout. `None`: the
+    // child closed a pipe (most likely it exited: its exit status says how).
     let hello = line::hello(s.kind, s.concurrency, slot);
     let greeted = tokio::time::timeout(shared.start_timeout, async {
-        stdin
-            .write_all(&hello)
-            .await
-            .map_err(|e| format!("{who} did not read its hello: {e}"))?;
+        if stdin.write_all(&hello).await.is_err() {
+            return Err(None);
+        }
         loop {
             match read_line(&mut stdout, &mut buf, max_line, false).await {
                 Ok(Read::Line) if buf.trim_ascii().is_empty() => continue,
                 Ok(Read::Line) => {
-                    return line::check_hello(&buf).map_err(|e| format!("{who}: {e}"))
+                    return line::check_hello(&buf).map_err(|e| Some(format!("{who}: {e}")))
                 }
                 Ok(Read::TooLong) => {
-                    return Err(format!("{who}: its first line is over {max_line} bytes"))
+                    return Err(Some(format!(
+                        "{who}: its first line is over {max_line} bytes"
+                    )))
                 }
-                Ok(Read::Eof) | Err(_) => return Err(String::new()),
+                Ok(Read::Eof) | Err(_) => return Err(None),
             }
         }
     });
     let greeted = tokio::select! {
-        g = greeted => g.unwrap_or_else(|_| Err(format!(
+        g = greeted => g.unwrap_or_else(|_| Err(Some(format!(
             "{who} did not write its hello {{\"pelican\": {}}} within --start-timeout ({} ms)",
             line::VERSION,
             shared.start_timeout.as_millis()
-        ))),
-        _ = shared.stop.cancelled() => Err(String::from("stopped")),
-    };
-    if let Err(mut reason) = greeted {
-        if shared.stop.is_cancelled() {
+        )))),
+        _ = shared.stop.cancelled() => {
             kill_group(pid, &mut exit).await;
             return (End::Stopped, 0);
         }
-        if reason.is_empty() {
-            // It closed its stdout: most likely it exited; say how.
-            reason = match tokio::time::timeout(KILL_GRACE, exit.wait()).await {
+    };
+    if let Err(reason) = greeted {
+        let reason = match reason {
+            Some(r) => r,
+            None => match tokio::time::timeout(KILL_GRACE, exit.wait()).await {
                 Ok(Some(st)) => format!("{who} {}", exit_text(st)),
-                _ => format!("{who} closed its stdout"),
-            };
-        }
+                _ => format!("{who} closed its stdin or stdout"),
+            },
+        };
         kill_group(pid, &mut exit).await;
         return failed(reason);
     }
@@ -399,12 +402,8 @@ async fn forward_stderr(stderr: tokio::process::ChildStderr, prefix: &'static st
     let mut buf = Vec::new();
     loop {
         match read_line(&mut r, &mut buf, MAX_LOG_LINE, true).await {
-            Ok(Read::Line) => {
-                eprintln!("{prefix}: [pid {pid}] {}", String::from_utf8_lossy(&buf))
-            }
-            Ok(Read::TooLong) => {
-                eprintln!("{prefix}: [pid {pid}] {}...", String::from_utf8_lossy(&buf))
-            }
+            Ok(Read::Line) => log(prefix, pid, &buf, ""),
+            Ok(Read::TooLong) => log(prefix, pid, &buf, "..."),
             Ok(Read::Eof) | Err(_) => return,
         }
     }
@@ -431,6 +430,17 @@ impl Exit {
     fn is_done(&self) -> bool {
         self.rx.is_none()
     }
+}
+
+/// One line of a child's stderr on ours, whole. An error (our stderr closed) is ignored:
+/// the child's output must keep flowing, or it would block on a full pipe.
+fn log(prefix: &str, pid: u32, line: &[u8], more: &str) {
+    use std::io::Write;
+    let text = format!(
+        "{prefix}: [pid {pid}] {}{more}\n",
+        String::from_utf8_lossy(line)
+    );
+    let _ = std::io::stderr().write_all(text.as_bytes());
 }
 
 /// SIGTERM to the child's process group, SIGKILL after [`KILL_GRACE`] if the child has
@@ -460,97 +470,5 @@ fn exit_text(st: ExitStatus) -> String {
         (Some(c), _) => format!("exited with code {c}"),
         (None, Some(sig)) => format!("was killed by {}", crate::process::signal_name(sig)),
         _ => format!("exited ({st})"),
-    }
-}
-
-/// What [`read_line`] found.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Read {
-    /// A line, in the buffer, without its end.
-    Line,
-    /// A line longer than the limit: its first bytes are in the buffer.
-    TooLong,
-    /// The end of the stream (a last line without `\n` is returned as a line first).
-    Eof,
-}
-
-/// Reads one line into `buf` (cleared first), without its `\n` (or `\r\n`). A line
-/// longer than `max`: `TooLong`, with its first `max` bytes in `buf`; with `skip_rest`
-/// the rest of the line is read and dropped, otherwise it stays unread.
-pub async fn read_line<R: AsyncBufRead + Unpin>(
-    r: &mut R,
-    buf: &mut Vec<u8>,
-    max: usize,
-    skip_rest: bool,
-) -> io::Result<Read> {
-    buf.clear();
-    let mut too_long = false;
-    loop {
-        let avail = r.fill_buf().await?;
-        if avail.is_empty() {
-            return Ok(if too_long {
-                Read::TooLong
-            } else if buf.is_empty() {
-                Read::Eof
-            } else {
-                Read::Line
-            });
-        }
-        let (chunk, used, done) = match avail.iter().position(|&b| b == b'\n') {
-            Some(i) => (&avail[..i], i + 1, true),
-            None => (avail, avail.len(), false),
-        };
-        let room = max.saturating_sub(buf.len());
-        if !too_long {
-            buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
-            too_long = chunk.len() > room;
-        }
-        r.consume(used);
-        if done {
-            if too_long {
-                return Ok(Read::TooLong);
-            }
-            if buf.last() == Some(&b'\r') {
-                buf.pop();
-            }
-            return Ok(Read::Line);
-        }
-        if too_long && !skip_rest {
-            return Ok(Read::TooLong);
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn lines_are_read_with_a_limit() {
-        let data: &[u8] = b"one\r\ntwo\n0123456789abc\nlast";
-        let mut r = BufReader::with_capacity(4, data);
-        let mut buf = Vec::new();
-        let mut got = Vec::new();
-        loop {
-            let k = read_line(&mut r, &mut buf, 10, true).await.unwrap();
-            if k == Read::Eof {
-                break;
-            }
-            got.push((k, String::from_utf8(buf.clone()).unwrap()));
-        }
-        assert_eq!(
-            got,
-            [
-                (Read::Line, "one".to_string()),
-                (Read::Line, "two".into()),
-                (Read::TooLong, "0123456789".into()),
-                (Read::Line, "last".into()),
-            ]
-        );
-        let mut r = BufReader::with_capacity(4, &b"0123456789abc\nnext\n"[..]);
-        assert_eq!(
-            read_line(&mut r, &mut buf, 10, false).await.unwrap(),
-            Read::TooLong
-        );
     }
 }

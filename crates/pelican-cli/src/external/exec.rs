@@ -51,6 +51,13 @@ impl Pool {
             ready: Notify::new(),
             stop: CancellationToken::new(),
         });
+        if processes > shared.settings.concurrency {
+            eprintln!(
+                "{}: --processes {processes} is more than --concurrency {}: some children \
+                 will never get a request",
+                shared.settings.log_prefix, shared.settings.concurrency
+            );
+        }
         let mut firsts = Vec::new();
         let supervisors = (0..processes)
             .map(|slot| {
@@ -87,16 +94,20 @@ impl Pool {
         let s = &self.shared;
         let timeout = s.settings.handler_timeout;
         let deadline = tokio::time::Instant::now() + timeout;
-        let line = line::request(&req);
+        let mut line = line::request(&req);
         let (child, rx) = loop {
             let notified = s.ready.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(sent) = self
-                .pick()
-                .and_then(|c| c.send(&req.id, line.clone()).map(|rx| (c, rx)))
-            {
-                break sent;
+            if let Some(c) = self.pick() {
+                match c.send(&req.id, line) {
+                    Ok(rx) => break (c, rx),
+                    // It went away between the pick and the send: pick again.
+                    Err(l) => {
+                        line = l;
+                        continue;
+                    }
+                }
             }
             tokio::select! {
                 _ = notified => {}

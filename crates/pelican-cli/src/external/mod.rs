@@ -1,6 +1,6 @@
 //! Handlers in any language: each request handed to a program of the operator's, either
 //! long-lived child processes speaking a line protocol on stdin/stdout (`--exec`,
-//! `exec.rs`, `child.rs`, `line.rs`) or an HTTP endpoint (`--http`, `http.rs`).
+//! `exec.rs`, `child.rs`, `line.rs`, `read.rs`) or an HTTP endpoint (`--http`, `http.rs`).
 //!
 //! `pelican worker` and `pelican nitro worker` both serve through [`External`]: a request
 //! is JSON or bytes in ([`Request`]), and the answer, a failure or a retry out
@@ -11,6 +11,7 @@ mod child;
 mod exec;
 mod http;
 mod line;
+mod read;
 
 use crate::cli::ExternalArgs;
 use crate::exit::{CliError, CliResult};

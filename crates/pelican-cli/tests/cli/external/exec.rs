@@ -110,6 +110,28 @@ fn a_child_that_writes_garbage_is_restarted() {
     assert_eq!(child_pids(&err).len(), 2, "one restart: {err}");
 }
 
+/// A child that does not answer within --handler-timeout is taken for hung: killed
+/// (its process group: SIGTERM), restarted, and the request answered on its next
+/// delivery by the new child.
+#[test]
+fn a_child_that_hangs_past_the_handler_timeout_is_restarted() {
+    let env = Env::new("exec-hang");
+    let w = child_worker(&env, &["--handler-timeout", "1000"]);
+    let a = answer(call(&env, "hang-1", &json!({"sleep_ms": 600_000})));
+    assert_eq!(a["delivery"], json!(2), "{a}");
+    let err = w.stderr();
+    assert!(
+        err.contains(
+            "did not answer request \"hang-1\" within --handler-timeout (1000 ms): taken for hung"
+        ),
+        "{err}"
+    );
+    let pids = child_pids(&err);
+    assert_eq!(pids.len(), 2, "{err}");
+    assert!(!alive(pids[0]), "the hung child was killed");
+    assert_eq!(a["pid"], json!(pids[1]));
+}
+
 /// A request that kills every child that gets it is dead-lettered after max_deliveries
 /// (its caller gets the dead error) and the children keep serving other requests.
 #[test]
