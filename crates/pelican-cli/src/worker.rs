@@ -107,7 +107,7 @@ fn request(job: &Job, body: Body) -> external::Request {
         body,
         delivery: job.delivery_count(),
         deadline_ms: Some(deadline_ms),
-        traceparent: job.trace_parent().map(String::from),
+        traceparent: external::traceparent(job.trace_parent()),
         lease: Some(job.lease_lost()),
     }
 }

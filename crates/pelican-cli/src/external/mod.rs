@@ -80,6 +80,29 @@ pub struct Request {
     pub lease: Option<LeaseLost>,
 }
 
+/// The trace context to hand an external handler (`traceparent`): with `--otlp` (feature
+/// `otel`), the current span's, so the handler's own spans join the request's trace under
+/// the worker's; otherwise the submitter's, as the entry carries it.
+pub fn traceparent(carried: Option<&str>) -> Option<String> {
+    #[cfg(feature = "otel")]
+    {
+        use opentelemetry::trace::TraceContextExt;
+        use tracing_opentelemetry::OpenTelemetrySpanExt;
+        let cx = tracing::Span::current().context();
+        let span = cx.span();
+        let sc = span.span_context();
+        if sc.is_valid() {
+            return Some(format!(
+                "00-{}-{}-{:02x}",
+                sc.trace_id(),
+                sc.span_id(),
+                sc.trace_flags().to_u8()
+            ));
+        }
+    }
+    carried.map(String::from)
+}
+
 /// What both external handlers need to know.
 #[derive(Debug, Clone)]
 pub struct Settings {
