@@ -345,3 +345,29 @@ fn bad_exec_arguments_are_usage_errors() {
     let st = env.stats();
     assert_eq!(st["consumers"], json!([]), "nobody joined: {st}");
 }
+
+/// A worker SIGKILLed with its children at work takes them along (they get SIGKILL when
+/// their parent dies): nothing is left running, and the request it held is taken over by
+/// another worker after claim_idle.
+#[test]
+fn a_sigkilled_worker_leaves_no_child_behind() {
+    let env = Env::new("exec-sigkill");
+    let w = child_worker(&env, &["--processes", "2"]);
+    let c = call(&env, "held", &json!({"sleep_ms": 600_000}));
+    eventually_sync(
+        Duration::from_secs(30),
+        "the request in a child's hands",
+        || pid_working_on(&w.stderr(), "held").is_some(),
+    );
+    let pids = child_pids(&w.stderr());
+    assert_eq!(pids.len(), 2, "{}", w.stderr());
+    w.signal(libc::SIGKILL);
+    let out = w.wait(Duration::from_secs(10));
+    assert_eq!(out.code, 128 + libc::SIGKILL, "{out:?}");
+    eventually_sync(Duration::from_secs(10), "the children to be gone", || {
+        pids.iter().all(|p| !alive(*p))
+    });
+    let _next = child_worker(&env, &[]);
+    let a = answer(c);
+    assert_eq!(a["delivery"], json!(2), "{a}");
+}
