@@ -247,6 +247,53 @@ pub struct WorkerArgs {
     /// Serve metrics in Prometheus text format on this loopback address, e.g. 127.0.0.1:9464.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
+    /// How the queue's bodies are decoded: json (the default codec), or raw (bytes as
+    /// they are, `pelican::Raw`; with --exec they travel base64-encoded, with --http as
+    /// application/octet-stream). raw needs --exec or --http.
+    #[arg(long, value_enum, default_value_t = BodyCodec::Json)]
+    pub codec: BodyCodec,
+    /// A handler in any language (--exec, --http).
+    #[command(flatten)]
+    pub external: ExternalArgs,
+}
+
+/// How `pelican worker` decodes bodies (`--codec`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BodyCodec {
+    /// JSON (the default codec).
+    Json,
+    /// Raw bytes (`pelican::Raw`).
+    Raw,
+}
+
+/// A handler outside the process, for `pelican worker` and `pelican nitro worker`
+/// (README, "From any language").
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "A handler in any language")]
+#[command(group = clap::ArgGroup::new("external").args(["exec", "http"]).multiple(false))]
+pub struct ExternalArgs {
+    /// Hand each request to long-lived child processes running this command (split into
+    /// words as a shell would, no shell run): they read one JSON line per request on
+    /// stdin and write one line per answer on stdout, after a hello line each way.
+    #[arg(long, value_name = "CMD", conflicts_with = "handler")]
+    pub exec: Option<String>,
+    /// How many child processes --exec runs (--concurrency is spread over them)
+    /// [default: 1].
+    #[arg(long, value_name = "N", requires = "exec", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub processes: Option<u64>,
+    /// POST each request to this http:// URL, --concurrency at once over keep-alive
+    /// connections: 2xx answers with the body, another 4xx fails for good with the body
+    /// as the message, 408, 429, 5xx or no connection retries.
+    #[arg(long, value_name = "URL", conflicts_with = "handler")]
+    pub http: Option<String>,
+    /// Longest a request may take in --exec or --http, in ms: past it the request is
+    /// handed back (an --exec child is then taken for hung and restarted) [default:
+    /// 300000].
+    #[arg(long, value_name = "MS", requires = "external", value_parser = clap::value_parser!(u64).range(1..))]
+    pub handler_timeout: Option<u64>,
+    /// Longest an --exec child may take to write its hello line, in ms [default: 30000].
+    #[arg(long, value_name = "MS", requires = "exec", value_parser = clap::value_parser!(u64).range(1..))]
+    pub start_timeout: Option<u64>,
 }
 
 /// `pelican call`.
@@ -427,11 +474,14 @@ pub struct NitroWorkerArgs {
     /// (0: no expiry).
     #[arg(long, default_value_t = 3600, value_name = "SECONDS")]
     pub response_ttl: u64,
-    /// Solve identical requests in flight once (every entry gets the answer).
+    /// Solve identical requests once: copies in flight together share one handler run,
+    /// and a repeat of a request solved within --dedup-cache-ttl is answered from a cache.
     #[arg(long)]
     pub dedup: bool,
-    /// With --dedup: answer a repeat of a request solved within this many ms from a cache.
-    #[arg(long, value_name = "MS", requires = "dedup", value_parser = clap::value_parser!(u64).range(1..))]
+    /// With --dedup: how long a solved request's result answers its repeats, in ms; 0
+    /// keeps no cache (only copies in flight together are joined) [default: 300000, as
+    /// pelican's own queues keep results].
+    #[arg(long, value_name = "MS", requires = "dedup")]
     pub dedup_cache_ttl: Option<u64>,
     /// How long to wait for the requests in work on SIGINT/SIGTERM before handing them
     /// back, in ms.
@@ -443,6 +493,9 @@ pub struct NitroWorkerArgs {
     /// Print one line per handler run on stdout (JSON with --json).
     #[arg(long)]
     pub verbose: bool,
+    /// A handler in any language (--exec, --http).
+    #[command(flatten)]
+    pub external: ExternalArgs,
 }
 
 /// `pelican nitro call`.

@@ -4,7 +4,8 @@
 //!
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
 //! `dead`, `inspect`, `bench`, `nitro`; `dashboard/`: the web dashboard), and their
-//! helpers: `handlers` (the worker's built-in handlers), `pool` (the demo's worker
+//! helpers: `handlers` (the worker's built-in handlers), `external` (handlers in any
+//! language: `--exec` child processes, `--http` endpoints), `pool` (the demo's worker
 //! processes), `summary` (the demo's table), `redis_local` (reachability, throwaway
 //! redis-server), `redis_url` (a URL whose Debug hides the password), `logging` (stderr
 //! logs and `--otlp` span export), `malloc` (the C allocator's settings), `metrics_http`,
@@ -36,6 +37,7 @@ mod dashboard;
 mod dead;
 mod demo;
 mod exit;
+mod external;
 mod fmt;
 mod handlers;
 mod inspect;

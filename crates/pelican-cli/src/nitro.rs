@@ -2,11 +2,13 @@
 //! command line: `worker` serves a stream Nitro's producers write, `call` sends one
 //! request as Nitro's producers do, `stats` shows a stream.
 //!
-//! The worker reuses `pelican worker`'s handlers (`handlers.rs`), signals and `--verbose`
-//! lines; the request and the echoed response are the `msg` JSON byte for byte.
+//! The worker reuses `pelican worker`'s handlers (`handlers.rs`, or a program in any
+//! language: `external/`), signals and `--verbose` lines; the request and the echoed
+//! response are the `msg` JSON byte for byte.
 
 use crate::cli::{Global, NitroArgs, NitroCallArgs, NitroCommand, NitroWorkerArgs, StreamArg};
 use crate::exit::{CliError, CliResult, GAVE_UP, REMOTE};
+use crate::external::{self, Body, BodyKind, External};
 use crate::handlers::Handler;
 use pelican::nitro::{self, ConsumerConfig, Job, ProducerConfig, StreamConfig};
 use pelican::{ErrorKind, HandlerError};
@@ -57,9 +59,90 @@ fn error(g: &Global, stream: &str, e: &pelican::Error) -> CliError {
     }
 }
 
+/// Largest answer an external handler may give on Nitro's wire unless --max-body-bytes
+/// says otherwise: Nitro's validation inputs run to many MB, its answers are small.
+const NITRO_MAX_BODY_BYTES: usize = 64 << 20;
+
 async fn worker(g: &Global, args: &NitroWorkerArgs) -> CliResult {
-    let handler = Arc::new(Handler::parse(&args.handler)?);
+    let builtin = if args.external.exec.is_none() && args.external.http.is_none() {
+        Some(Arc::new(Handler::parse(&args.handler)?))
+    } else {
+        None
+    };
     let stream = stream_config(g, &args.stream.stream).await?;
+    let external = External::start(
+        &args.external,
+        external::Settings {
+            kind: BodyKind::Json,
+            concurrency: args.concurrency as usize,
+            max_body_bytes: g
+                .settings
+                .max_body_bytes
+                .map_or(NITRO_MAX_BODY_BYTES, |n| n as usize),
+            handler_timeout: external::DEFAULT_HANDLER_TIMEOUT,
+            log_prefix: "pelican nitro worker",
+        },
+    )
+    .await?
+    .map(Arc::new);
+    let handler = match (&builtin, &external) {
+        (Some(h), _) => Handling::Builtin(h.clone()),
+        (None, Some(e)) => Handling::External(e.clone()),
+        (None, None) => unreachable!("no built-in handler without an external one"),
+    };
+    let served = serve(g, args, stream, handler).await;
+    // Every entry is answered or handed back by now: the children can go.
+    if let Some(ext) = external {
+        ext.shutdown().await;
+    }
+    served
+}
+
+/// What a `pelican nitro worker` runs on each request.
+#[derive(Clone)]
+enum Handling {
+    Builtin(Arc<Handler>),
+    External(Arc<External>),
+}
+
+impl std::fmt::Display for Handling {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Handling::Builtin(h) => write!(f, "handler {h}"),
+            Handling::External(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl Handling {
+    async fn handle(&self, req: Box<RawValue>, job: &Job) -> Result<Box<RawValue>, HandlerError> {
+        match self {
+            Handling::Builtin(handler) => match serde_json::from_str::<Value>(req.get()) {
+                Ok(v) => handler.handle(v).await.map(|_| req),
+                Err(e) => Err(HandlerError::fail(format!("the request is not JSON: {e}"))),
+            },
+            // Nitro's wire carries no deadline and no trace context.
+            Handling::External(ext) => ext
+                .handle(external::Request {
+                    id: job.entry_id().to_string(),
+                    body: Body::Json(req),
+                    delivery: job.delivery_count(),
+                    deadline_ms: None,
+                    traceparent: None,
+                    lease: Some(job.lease_lost()),
+                })
+                .await
+                .map(Body::into_json),
+        }
+    }
+}
+
+async fn serve(
+    g: &Global,
+    args: &NitroWorkerArgs,
+    stream: StreamConfig,
+    handler: Handling,
+) -> CliResult {
     let mut cfg = ConsumerConfig::default()
         .with_idletime(Duration::from_millis(args.idletime))
         .with_max_retry_count(u32::try_from(args.max_retry_count).ok())
@@ -67,7 +150,11 @@ async fn worker(g: &Global, args: &NitroWorkerArgs) -> CliResult {
         .with_prefetch(args.prefetch.unwrap_or(args.concurrency) as usize)
         .with_shutdown_timeout(Duration::from_millis(args.shutdown_timeout))
         .with_dedup(args.dedup)
-        .with_dedup_cache_ttl(args.dedup_cache_ttl.map(Duration::from_millis));
+        .with_dedup_cache_ttl(match args.dedup_cache_ttl {
+            None => Some(nitro::DEFAULT_DEDUP_CACHE_TTL),
+            Some(0) => None,
+            Some(ms) => Some(Duration::from_millis(ms)),
+        });
     if let Some(name) = &args.name {
         cfg = cfg.with_name(name.clone());
     }
@@ -109,7 +196,7 @@ async fn worker(g: &Global, args: &NitroWorkerArgs) -> CliResult {
         std::process::exit(crate::exit::FAILURE.into());
     });
     eprintln!(
-        "pelican nitro worker: serving stream {:?} on {} as consumer {} (handler {handler}, \
+        "pelican nitro worker: serving stream {:?} on {} as consumer {} ({handler}, \
          concurrency {}, idletime {} ms, max retry count {}, dedup {}); stop with Ctrl-C",
         stream.stream,
         g.redis.redacted(),
@@ -129,10 +216,7 @@ async fn worker(g: &Global, args: &NitroWorkerArgs) -> CliResult {
                 let out = out.clone();
                 async move {
                     let started = Instant::now();
-                    let result = match serde_json::from_str::<Value>(req.get()) {
-                        Ok(v) => handler.handle(v).await.map(|_| req),
-                        Err(e) => Err(HandlerError::fail(format!("the request is not JSON: {e}"))),
-                    };
+                    let result = handler.handle(req, &job).await;
                     out.handled(&job, &result, started.elapsed());
                     result
                 }

@@ -1,24 +1,133 @@
-//! `pelican worker`: serves the queue with a built-in handler until SIGINT/SIGTERM, then
-//! shuts down gracefully (finishes or releases what it holds, leaves the group).
+//! `pelican worker`: serves the queue until SIGINT/SIGTERM, then shuts down gracefully
+//! (finishes or releases what it holds, leaves the group). The handler is a built-in one
+//! (`handlers.rs`) or a program in any language (`--exec`, `--http`: `external/`).
 
-use crate::cli::{Global, WorkerArgs};
+use crate::cli::{BodyCodec, Global, WorkerArgs};
 use crate::exit::{CliError, CliResult};
+use crate::external::{self, Body, BodyKind, External};
 use crate::handlers::Handler;
-use pelican::{Consumer, ConsumerConfig, HandlerError, Job};
+use pelican::{Bytes, Codec, Consumer, ConsumerConfig, HandlerError, Job, Json, QueueConfig, Raw};
+use serde::{de::DeserializeOwned, Serialize};
+use serde_json::value::RawValue;
 use serde_json::{json, Value};
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, UNIX_EPOCH};
 use tokio::signal::unix::{signal, SignalKind};
 use tracing::Instrument;
 
 /// Runs the worker.
 pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
-    let handler = Arc::new(Handler::parse(&args.handler)?);
+    let ext = &args.external;
+    let builtin = if ext.exec.is_none() && ext.http.is_none() {
+        if args.codec == BodyCodec::Raw {
+            return Err(CliError::usage(
+                "--codec raw needs --exec or --http: the built-in handlers take JSON",
+            ));
+        }
+        Some(Arc::new(Handler::parse(&args.handler)?))
+    } else {
+        None
+    };
     if let Some(addr) = args.metrics {
         crate::metrics_http::check_addr(addr)?;
     }
     let queue = g.connectable().await?;
+    let kind = match args.codec {
+        BodyCodec::Json => BodyKind::Json,
+        BodyCodec::Raw => BodyKind::Raw,
+    };
+    let external = External::start(
+        ext,
+        external::Settings {
+            kind,
+            concurrency: args.concurrency as usize,
+            max_body_bytes: queue.max_body_bytes,
+            handler_timeout: external::DEFAULT_HANDLER_TIMEOUT,
+            log_prefix: "pelican worker",
+        },
+    )
+    .await?
+    .map(Arc::new);
+    let served = match (builtin, &external) {
+        (Some(handler), _) => {
+            let shown = format!("handler {handler}");
+            serve::<Value, Value, Json, _, _>(g, args, queue, shown, move |req, _job| {
+                let handler = handler.clone();
+                async move { handler.handle(req).await }
+            })
+            .await
+        }
+        (None, Some(ext)) if kind == BodyKind::Json => {
+            let ext = ext.clone();
+            serve::<Box<RawValue>, Box<RawValue>, Json, _, _>(
+                g,
+                args,
+                queue,
+                ext.to_string(),
+                move |req, job| {
+                    let ext = ext.clone();
+                    async move {
+                        let r = ext.handle(request(&job, Body::Json(req))).await;
+                        r.map(Body::into_json)
+                    }
+                },
+            )
+            .await
+        }
+        (None, Some(ext)) => {
+            let ext = ext.clone();
+            serve::<Bytes, Bytes, Raw, _, _>(g, args, queue, ext.to_string(), move |req, job| {
+                let ext = ext.clone();
+                async move {
+                    let r = ext.handle(request(&job, Body::Raw(req))).await;
+                    r.map(Body::into_raw)
+                }
+            })
+            .await
+        }
+        (None, None) => unreachable!("no built-in handler without an external one"),
+    };
+    // Every request is answered or released by now: the children can go.
+    if let Some(ext) = external {
+        ext.shutdown().await;
+    }
+    served
+}
+
+/// What an external handler is told of a delivery.
+fn request(job: &Job, body: Body) -> external::Request {
+    let deadline_ms = job
+        .deadline()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    external::Request {
+        id: job.request_id().to_string(),
+        body,
+        delivery: job.delivery_count(),
+        deadline_ms: Some(deadline_ms),
+        traceparent: external::traceparent(job.trace_parent()),
+        lease: Some(job.lease_lost()),
+    }
+}
+
+/// Connects the consumer and serves with `handle` until a signal; `shown` names the
+/// handler in the start line.
+async fn serve<Req, Resp, C, F, Fut>(
+    g: &Global,
+    args: &WorkerArgs,
+    queue: QueueConfig,
+    shown: String,
+    handle: F,
+) -> CliResult
+where
+    Req: DeserializeOwned + Send + 'static,
+    Resp: Serialize + Send + 'static,
+    C: Codec,
+    F: Fn(Req, Job) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<Resp, HandlerError>> + Send + 'static,
+{
     let metrics_addr = match args.metrics {
         Some(addr) => Some(crate::metrics_http::serve(addr).await?),
         None => None,
@@ -36,7 +145,7 @@ pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
     // gracefully.
     let mut term = signal(SignalKind::terminate()).map_err(signal_error)?;
     let mut int = signal(SignalKind::interrupt()).map_err(signal_error)?;
-    let consumer = Consumer::<Value, Value>::connect(queue, cfg)
+    let consumer = Consumer::<Req, Resp, C>::connect(queue, cfg)
         .await
         .map_err(|e| g.error(&e))?;
     let stop = consumer.stopper();
@@ -67,8 +176,8 @@ pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
         std::process::exit(crate::exit::FAILURE.into());
     });
     eprintln!(
-        "pelican worker: serving queue {:?} on {} as consumer {} (handler {handler}, \
-         concurrency {}, claim idle {} ms, max deliveries {}){}; stop with Ctrl-C",
+        "pelican worker: serving queue {:?} on {} as consumer {} ({shown}, concurrency {}, \
+         claim idle {} ms, max deliveries {}){}; stop with Ctrl-C",
         g.queue,
         g.redis.redacted(),
         out.consumer,
@@ -80,10 +189,11 @@ pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
             .unwrap_or_default(),
     );
     out.event(json!({"event": "ready", "consumer": out.consumer, "pid": std::process::id()}));
+    let handle = Arc::new(handle);
     let served = {
         let out = out.clone();
-        consumer.serve(args.concurrency as usize, move |req: Value, job: Job| {
-            let handler = handler.clone();
+        consumer.serve(args.concurrency as usize, move |req: Req, job: Job| {
+            let handle = handle.clone();
             let out = out.clone();
             let span = tracing::info_span!(
                 "request",
@@ -94,7 +204,7 @@ pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
             async move {
                 tracing::debug!("handling");
                 let started = Instant::now();
-                let result = handler.handle(req).await;
+                let result = handle(req, job.clone()).await;
                 out.handled(&job, &result, started.elapsed());
                 result
             }
@@ -128,7 +238,7 @@ impl Output {
         }
     }
 
-    fn handled(&self, job: &Job, result: &Result<Value, HandlerError>, took: Duration) {
+    fn handled<T>(&self, job: &Job, result: &Result<T, HandlerError>, took: Duration) {
         self.handled.fetch_add(1, Ordering::Relaxed);
         if self.verbose {
             crate::handlers::print_handled(

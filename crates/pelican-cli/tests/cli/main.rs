@@ -9,6 +9,7 @@ mod dashboard;
 mod dead;
 mod demo;
 mod exit_codes;
+mod external;
 mod inspect;
 mod metrics;
 mod nitro;

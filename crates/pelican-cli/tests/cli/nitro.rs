@@ -74,6 +74,24 @@ impl Nitro {
             .unwrap()
     }
 
+    /// Once every entry is answered, the dedup state left is one cached result per
+    /// distinct body (no job), each expiring within the default cache TTL.
+    fn assert_dedup_state_is_the_cache(&self, distinct: usize) {
+        let prefix = format!("pelican-nitro:{{{}}}:", self.stream);
+        assert!(self.keys(&format!("{prefix}job:*")).is_empty());
+        let cached = self.keys(&format!("{prefix}done:*"));
+        assert_eq!(cached.len(), distinct, "{cached:?}");
+        assert_eq!(self.keys(&format!("{prefix}*")).len(), distinct);
+        let max = pelican::nitro::DEFAULT_DEDUP_CACHE_TTL.as_millis() as i64;
+        for key in cached {
+            let ttl: i64 = redis::cmd("PTTL")
+                .arg(&key)
+                .query(&mut self.server.sync_connection())
+                .unwrap();
+            assert!(ttl > 0 && ttl <= max, "{key}: {ttl} ms");
+        }
+    }
+
     fn keys(&self, pattern: &str) -> Vec<String> {
         redis::cmd("KEYS")
             .arg(pattern)
@@ -264,9 +282,7 @@ fn dedup_handler_runs_equal_distinct_requests() {
     }
     assert_eq!(runs, 5, "handler runs = distinct requests");
     assert_eq!(n.xlen(), 0);
-    assert!(n
-        .keys(&format!("pelican-nitro:{{{}}}:*", n.stream))
-        .is_empty());
+    n.assert_dedup_state_is_the_cache(distinct.len());
 }
 
 /// Dedup when the solving worker is SIGKILLed mid-run: the entries that joined its runs
@@ -338,7 +354,49 @@ fn dedup_survives_a_sigkilled_solver() {
         "one run per distinct request: {out:?}"
     );
     assert_eq!(n.xlen(), 0);
-    assert!(n
-        .keys(&format!("pelican-nitro:{{{}}}:*", n.stream))
-        .is_empty());
+    n.assert_dedup_state_is_the_cache(distinct.len());
+}
+
+/// Dedup across time: two Nitro producers send the same 300 requests, the second a
+/// moment after the first one's first answer was written, so most of its copies arrive
+/// after their twin was solved. With `--dedup` (and its default cache) every copy either
+/// joins the run in flight or is answered from the cache: 300 handler runs, 600 answers.
+#[test]
+fn dedup_answers_repeats_of_solved_requests_from_the_cache() {
+    let n = Nitro::new("nitro-dedup-cache");
+    let distinct: Vec<String> = (0..300)
+        .map(|i| json!({"i": i, "data": "twice"}).to_string())
+        .collect();
+    let workers: Vec<Proc> = ["c1", "c2"]
+        .iter()
+        .map(|name| n.spawn("worker", &["--dedup", "--verbose", "--name", name]))
+        .collect();
+    let mut first = n.producer();
+    let ids_a: Vec<String> = distinct.iter().map(|b| first.produce(b)).collect();
+    let key = format!("result-key:{}.{}", n.stream, ids_a[0]);
+    eventually_sync(Duration::from_secs(30), "the first answer", || {
+        let exists: bool = redis::cmd("EXISTS")
+            .arg(&key)
+            .query(&mut n.server.sync_connection())
+            .unwrap();
+        exists
+    });
+    let mut second = n.producer();
+    let ids_b: Vec<String> = distinct.iter().map(|b| second.produce(b)).collect();
+    for (p, ids) in [(&mut first, &ids_a), (&mut second, &ids_b)] {
+        let answers = p.await_all(ids, Duration::from_secs(60));
+        for (id, body) in ids.iter().zip(&distinct) {
+            assert_eq!(answers[id], Answer::Result(body.clone()), "{id}");
+        }
+    }
+    let mut runs = 0;
+    for w in workers {
+        w.signal(libc::SIGTERM);
+        let out = w.wait(Duration::from_secs(20));
+        assert_eq!(out.code, 0, "{out:?}");
+        runs += handled_lines(&out.stdout).len();
+    }
+    assert_eq!(runs, 300, "handler runs = distinct requests");
+    assert_eq!(n.xlen(), 0);
+    n.assert_dedup_state_is_the_cache(distinct.len());
 }

@@ -31,6 +31,12 @@ pub const DEFAULT_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(30);
 pub const MAX_RECLAIM_INTERVAL: Duration = Duration::from_secs(5);
 /// Default idle time after which a consumer that owns nothing is removed from the group.
 pub const DEFAULT_CONSUMER_GC_AFTER: Duration = Duration::from_secs(3600);
+/// Default TTL of the dedup cache: a repeat of a body solved within this time is answered
+/// from the cache. Five minutes, as pelican's own queues keep results (`result_ttl`): a
+/// repeat typically comes from a second producer sending the same request seconds to
+/// minutes later (two validators on one block); an hour (Nitro's answer TTL) would keep
+/// one answer per distinct body twelve times as long for repeats that rarely come so late.
+pub const DEFAULT_DEDUP_CACHE_TTL: Duration = Duration::from_secs(300);
 /// Longest accepted stream name.
 pub const MAX_STREAM_NAME_LEN: usize = 512;
 
@@ -163,10 +169,13 @@ pub struct ConsumerConfig {
     /// The consumer's name in the group. Default `<host>-<pid>-<random>`.
     pub name: Option<String>,
     /// Dedup: entries with identical `msg` bodies in flight together are solved by one
-    /// handler run, and every entry gets the answer. Default off.
+    /// handler run, and every entry gets the answer; a repeat that comes after the answer
+    /// is answered from the cache (`dedup_cache_ttl`). Default off.
     pub dedup: bool,
-    /// With dedup: a repeat of a body solved within this time is answered from a cache.
-    /// Default `None` (no cache).
+    /// With dedup: a repeat of a body solved within this time is answered from a cache
+    /// (results only: an error is never cached, a repeat of a failed body runs again).
+    /// Default 5 minutes ([`DEFAULT_DEDUP_CACHE_TTL`]); `None`: no cache, only copies in
+    /// flight together are joined. Without dedup it is not used.
     pub dedup_cache_ttl: Option<Duration>,
     /// Consumers of the group that own nothing and have been idle this long are removed
     /// (Nitro's consumer names pile up otherwise). Default 1 hour.
@@ -187,7 +196,7 @@ impl Default for ConsumerConfig {
             shutdown_timeout: DEFAULT_SHUTDOWN_TIMEOUT,
             name: None,
             dedup: false,
-            dedup_cache_ttl: None,
+            dedup_cache_ttl: Some(DEFAULT_DEDUP_CACHE_TTL),
             consumer_gc_after: DEFAULT_CONSUMER_GC_AFTER,
         }
     }
@@ -306,9 +315,6 @@ impl ConsumerConfig {
         }
         if let Some(ttl) = self.dedup_cache_ttl {
             positive("dedup_cache_ttl", ttl)?;
-            if !self.dedup {
-                return Err(Error::config("dedup_cache_ttl needs dedup on"));
-            }
         }
         if let Some(name) = &self.name {
             if name.is_empty() || name.chars().any(|c| c.is_control() || c.is_whitespace()) {
@@ -442,8 +448,9 @@ mod tests {
             .with_idletime(Duration::from_secs(1))
             .with_heartbeat_interval(Duration::from_secs(1));
         assert!(bad.validate().is_err());
+        assert_eq!(c.dedup_cache_ttl, Some(DEFAULT_DEDUP_CACHE_TTL));
         assert!(ConsumerConfig::default()
-            .with_dedup_cache_ttl(Some(Duration::from_secs(1)))
+            .with_dedup_cache_ttl(Some(Duration::ZERO))
             .validate()
             .is_err());
         assert!(ProducerConfig::default().validate().is_ok());

@@ -32,8 +32,8 @@ mod stats;
 pub mod validation;
 
 pub use config::{
-    ConsumerConfig, ProducerConfig, StreamConfig, DEFAULT_IDLETIME, DEFAULT_POLL_INTERVAL,
-    DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_TTL,
+    ConsumerConfig, ProducerConfig, StreamConfig, DEFAULT_DEDUP_CACHE_TTL, DEFAULT_IDLETIME,
+    DEFAULT_POLL_INTERVAL, DEFAULT_REQUEST_TIMEOUT, DEFAULT_RESPONSE_TTL,
 };
 pub use consumer::{Consumer, Job};
 pub use keys::StreamKeys;

@@ -25,7 +25,8 @@ fn joiners(url: &str, stream: &str) -> usize {
 /// Three Nitro producers send the same six requests (18 entries); two pelican consumers
 /// with dedup run the handler six times, and every entry gets its result key. Each run
 /// waits until the 12 copies have joined a job in flight, so the test takes the join path
-/// (not the cache's). With the cache, a repeat after the answers is answered without a run.
+/// (not the cache's). With the cache (on by default with dedup), a repeat after the
+/// answers is answered without a run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn identical_requests_from_several_producers_are_solved_once() {
     let env = Env::new("nitro-dedup");
@@ -41,9 +42,7 @@ async fn identical_requests_from_several_producers_are_solved_once() {
         }
     }
     let runs = Runs::default();
-    let cfg = consumer_config(Duration::from_secs(60))
-        .with_dedup(true)
-        .with_dedup_cache_ttl(Some(Duration::from_secs(60)));
+    let cfg = consumer_config(Duration::from_secs(60)).with_dedup(true);
     let mut workers = Vec::new();
     let copies = ids.len() - distinct as usize;
     // Set once every copy has joined: a job's joiners go with its answer, so the count
@@ -122,7 +121,7 @@ async fn identical_requests_from_several_producers_are_solved_once() {
     assert!(env.pending().is_empty());
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 
-    // A repeat within the cache TTL: answered from the cache.
+    // A repeat within the cache TTL (the default's): answered from the cache.
     let mut p0 = producers.swap_remove(0);
     let a = blocking(move || {
         let again = p0.produce(&json_of(&req(3)));
@@ -163,5 +162,34 @@ async fn without_dedup_every_entry_runs() {
     let a = blocking(move || p.await_all(&ids, Duration::from_secs(30))).await;
     assert_eq!(a.len(), 6);
     assert_eq!(runs.total(), 6);
+    w.stop().await;
+}
+
+/// With the cache switched off, dedup joins only copies in flight together: a repeat that
+/// comes after the answer runs again (the control for the default cache above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_cache_a_repeat_after_the_answer_runs_again() {
+    let env = Env::new("nitro-nocache");
+    let (url, stream) = (env.url(), env.stream.clone());
+    let mut p = blocking(move || NitroProducer::new(&url, &stream)).await;
+    let runs = Runs::default();
+    let cfg = consumer_config(Duration::from_secs(60))
+        .with_dedup(true)
+        .with_dedup_cache_ttl(None);
+    let w = Worker::echo(env.config(), cfg, runs.clone()).await;
+    let p = blocking(move || {
+        for _ in 0..2 {
+            let id = p.produce(&json_of(&req(7)));
+            let a = p.await_answer(&id, Duration::from_secs(20));
+            assert_eq!(a, Answer::Result(json_of(&req(7))));
+        }
+        p
+    })
+    .await;
+    drop(p);
+    assert_eq!(runs.total(), 2);
+    assert!(env
+        .keys(&format!("pelican-nitro:{{{}}}:*", env.stream))
+        .is_empty());
     w.stop().await;
 }
