@@ -326,6 +326,11 @@ impl HandlerError {
     pub fn retry(message: impl Into<String>) -> Self {
         HandlerError::Retry(message.into())
     }
+
+    /// A passing failure: try again after about `delay` (at most `claim_idle`).
+    pub fn retry_after(delay: Duration, message: impl Into<String>) -> Self {
+        HandlerError::RetryAfter(delay, message.into())
+    }
 }
 
 impl std::fmt::Display for HandlerError {
