@@ -82,6 +82,12 @@ pub struct QueueSettings {
     /// (and for producers that missed the push) [default: 300000].
     #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub result_ttl: Option<u64>,
+    /// How long a handler's failure answers NEW submissions of the same request; 0: a
+    /// new submission runs the request again (callers waiting while it ran all get the
+    /// failure, and it stays recorded for --result-ttl either way); at most --result-ttl
+    /// [default: 0].
+    #[arg(long, global = true, value_name = "MS")]
+    pub failure_ttl: Option<u64>,
     /// Largest request or response body accepted, in bytes; a larger entry met by a
     /// worker is dead-lettered [default: 4194304].
     #[arg(long, global = true, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=536_870_912))]
