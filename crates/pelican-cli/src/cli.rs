@@ -36,7 +36,9 @@ pub struct Cli {
 #[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// for TLS, or a
-    /// cluster: redis+cluster://[user:password@]host:port[,host:port...].
+    /// cluster: redis+cluster://[user:password@]host:port[,host:port...]. List several
+    /// seed nodes of a cluster: a process finds it only through them, and cannot start
+    /// while the only one listed is down.
     #[arg(long = "redis", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, global = true, value_name = "URL")]
     pub redis: RedisUrl,
     /// Queue name: letters, digits and . _ - : (at most 128).

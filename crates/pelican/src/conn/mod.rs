@@ -127,7 +127,7 @@ impl Endpoint {
                 .get_async_connection()
                 .await
                 .map(|c| Conn::Cluster(Box::new(c)))
-                .map_err(unreachable),
+                .map_err(|e| Error::redis(&c.url.unreachable(), e)),
         }
     }
 
