@@ -40,7 +40,11 @@ async fn blocked_readers(target: &Target) -> usize {
             .unwrap();
         n += list
             .lines()
-            .filter(|l| l.contains(" cmd=xreadgroup ") && l.contains(" flags=b "))
+            .filter(|l| {
+                let flags = l.split(' ').find_map(|f| f.strip_prefix("flags="));
+                // `U`: a client on a Unix socket.
+                l.contains(" cmd=xreadgroup ") && flags.is_some_and(|f| f.contains('b'))
+            })
             .count();
     }
     n
@@ -65,8 +69,8 @@ enum GiveBack {
 /// One consumer whose handler gives every request back once, then answers: each request
 /// is answered within [`PROMPT`], on its second delivery, with one request in flight and
 /// with several at once.
-async fn given_back_once_is_answered_at_once(target: &Target, partitions: u32) {
-    let q = target.queue("wake-retry", partitions);
+async fn given_back_once_is_answered_at_once(target: &Target, q: QueueConfig) {
+    let partitions = q.partitions;
     let deliveries = Arc::new(AtomicU32::new(0));
     let d = deliveries.clone();
     let w = Worker::spawn(&q, long_blocks(), 4, move |r: Req, job| {
@@ -118,13 +122,34 @@ async fn given_back_once_is_answered_at_once(target: &Target, partitions: u32) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_given_back_is_read_again_at_once() {
-    given_back_once_is_answered_at_once(&Target::Node(RedisServer::start()), 1).await;
+    let target = Target::Node(RedisServer::start());
+    let q = target.queue("wake-retry", 1);
+    given_back_once_is_answered_at_once(&target, q).await;
+}
+
+/// Over a Unix socket the reader's connection is the client library's, not a lean one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_given_back_is_read_again_at_once_over_a_unix_socket() {
+    let sock = std::env::temp_dir().join(format!("{}.sock", pelican_testkit::unique_name("wake")));
+    let server = RedisServer::builder()
+        .arg("--unixsocket")
+        .arg(sock.display().to_string())
+        .arg("--unixsocketperm")
+        .arg("700")
+        .start();
+    let target = Target::Node(server);
+    let mut q = target.queue("wake-unix", 1);
+    q.url = format!("unix://{}", sock.display());
+    given_back_once_is_answered_at_once(&target, q).await;
+    let _ = std::fs::remove_file(&sock);
 }
 
 /// On a cluster every partition's reader is woken on its own node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_given_back_is_read_again_at_once_on_a_cluster() {
-    given_back_once_is_answered_at_once(&Target::Cluster(RedisCluster::start(3)), 3).await;
+    let target = Target::Cluster(RedisCluster::start(3));
+    let q = target.queue("wake-retry", 3);
+    given_back_once_is_answered_at_once(&target, q).await;
 }
 
 /// A consumer that does not reclaim hands what it gives back to the others, at once.
