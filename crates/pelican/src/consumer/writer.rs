@@ -199,6 +199,7 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
         let mut completes: Vec<Completion> = Vec::new();
         let mut releases: Vec<Release> = Vec::new();
         let mut flushes = Vec::new();
+        let mut wake_others = false;
         for j in jobs.drain(..) {
             match j {
                 WriteJob::Complete(c) => completes.push(c),
@@ -255,11 +256,9 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
                         inner
                             .wake
                             .released(inner.reclaims.then_some(at), inner.stop.is_cancelled());
-                        if !inner.reclaims && idle >= ms(inner.claim_idle) {
-                            // This consumer never takes released entries: the others
-                            // do, at once (a delayed one at their next scan).
-                            super::wake::wake_others(&inner.shared, &inner.name).await;
-                        }
+                        // This consumer never takes released entries: the others do,
+                        // at once (a delayed one at their next scan).
+                        wake_others |= !inner.reclaims && idle >= ms(inner.claim_idle);
                     }
                     Err(e) => {
                         tracing::warn!(error = %format_args!("{e:#}"), "releasing entries failed; they are reclaimed after claim_idle");
@@ -278,6 +277,9 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
         }
         drop(turn);
+        if wake_others {
+            super::wake::wake_others(&inner.shared, &inner.name).await;
+        }
         for f in flushes {
             let _ = f.send(());
         }
