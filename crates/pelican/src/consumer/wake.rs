@@ -194,7 +194,7 @@ pub(super) async fn read_or_wake<T>(
             None
         };
         let at = due.map(|d| again.map_or(d, |a| a.max(d)));
-        // No timer at all while there is nothing to wake for (every read).
+        // No timer while there is nothing to wake for (most reads).
         let time_up = async {
             match at {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
