@@ -36,7 +36,9 @@ pub struct Cli {
 #[command(next_help_heading = "Global options")]
 pub struct Global {
     /// Redis URL: redis://[user:password@]host[:port][/db], rediss:// for TLS, or a
-    /// cluster: redis+cluster://[user:password@]host:port[,host:port...].
+    /// cluster: redis+cluster://[user:password@]host:port[,host:port...]. List several
+    /// seed nodes of a cluster: a process finds it only through them, and cannot start
+    /// while the only one listed is down.
     #[arg(long = "redis", env = "REDIS_URL", default_value = DEFAULT_REDIS_URL, global = true, value_name = "URL")]
     pub redis: RedisUrl,
     /// Queue name: letters, digits and . _ - : (at most 128).
@@ -82,6 +84,12 @@ pub struct QueueSettings {
     /// (and for producers that missed the push) [default: 300000].
     #[arg(long, global = true, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
     pub result_ttl: Option<u64>,
+    /// How long a handler's failure answers NEW submissions of the same request; 0: a
+    /// new submission runs the request again (callers waiting while it ran all get the
+    /// failure, and it stays recorded for --result-ttl either way); at most --result-ttl
+    /// [default: 0].
+    #[arg(long, global = true, value_name = "MS")]
+    pub failure_ttl: Option<u64>,
     /// Largest request or response body accepted, in bytes; a larger entry met by a
     /// worker is dead-lettered [default: 4194304].
     #[arg(long, global = true, value_name = "BYTES", value_parser = clap::value_parser!(u64).range(1..=536_870_912))]

@@ -15,6 +15,16 @@ impl Global {
         if let Some(ms) = set.result_ttl {
             q = q.with_result_ttl(Duration::from_millis(ms));
         }
+        if let Some(ms) = set.failure_ttl {
+            if Duration::from_millis(ms) > q.result_ttl {
+                return Err(CliError::usage(format!(
+                    "--failure-ttl {ms} is longer than the result ttl ({} ms): a failure is \
+                     recorded for --result-ttl, so it cannot answer longer",
+                    q.result_ttl.as_millis()
+                )));
+            }
+            q = q.with_failure_ttl(Duration::from_millis(ms));
+        }
         if let Some(n) = set.max_body_bytes {
             q = q.with_max_body_bytes(n as usize);
         }

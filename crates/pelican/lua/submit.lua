@@ -5,7 +5,10 @@
 -- ARGV[1] now (ms)   ARGV[2] producer id   ARGV[3] group
 -- ARGV[4] result ttl (ms: also how long an index outlives its deadline)
 -- ARGV[5] reply maxlen
--- ARGV[6..] sextuples: rid, deadline (ms), index ttl (ms: time to the deadline plus
+-- ARGV[6] failure ttl (ms): how long a recorded failure (an outcome tagged E, the
+--         handler's "fail") is served to a new submission; 0 = never, result ttl or more =
+--         as long as it is recorded
+-- ARGV[7..] sextuples: rid, deadline (ms), index ttl (ms: time to the deadline plus
 --           result ttl, at least result ttl + 1), trace context ('' for none: no tp
 --           field), stage, body.
 --           stage '' : the body is the argument after it.
@@ -18,16 +21,18 @@
 -- Reply: one string per request, in order:
 --   "<sid>" (a digit first) queued as a new stream entry
 --   "=" joined a request already in flight
---   an outcome ("O..", "E..", "D..", ...) the cached result of a finished request
+--   an outcome ("O..", "E..", "D..", ...) the cached result of a finished request (a
+--       failure "E.." only within the failure ttl of its recording: after that the
+--       request runs again, its new index replacing the failure)
 --   "!" its stored body is missing (the SET before this call failed): not submitted
 --       (asked only of a request that needs a new entry: a join or a cached outcome
 --       needs no body)
 local q = { stream = KEYS[1], reqp = KEYS[2], replyp = KEYS[3], now = tonumber(ARGV[1]),
-  group = ARGV[3], ttl = tonumber(ARGV[4]), maxlen = ARGV[5] }
+  group = ARGV[3], ttl = tonumber(ARGV[4]), maxlen = ARGV[5], fttl = tonumber(ARGV[6]) }
 local ARGV = ARGV
 local at, producer = ARGV[1], ARGV[2]
 local out = {}
-for i = 6, #ARGV, 6 do
+for i = 7, #ARGV, 6 do
   local rid, deadline, index_ttl, tp = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]
   local stage, body = ARGV[i + 4], ARGV[i + 5]
   local bname, bvalue = 'body', body
@@ -58,7 +63,14 @@ for i = 6, #ARGV, 6 do
     if more then rcall('APPEND', key, more) end
     answer = '='
   elseif v and is_outcome(v) then
-    answer = v
+    -- A failure ('E') is served only if recorded less than the failure ttl ago: outcomes
+    -- are recorded with the result ttl as their ttl, so their age is the result ttl less
+    -- what is left of it (the outcome's format stays as it is). An older one is replaced
+    -- by the new entry's index below, and the request runs again.
+    if byte(v, 1) ~= 69 or q.fttl >= q.ttl
+        or (q.fttl > 0 and rcall('PTTL', key) > q.ttl - q.fttl) then
+      answer = v
+    end
   end
   -- anything else (no value, an expired one, a foreign client's): a new entry
   if not answer then

@@ -7,14 +7,24 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// No outcome arrived before the request's timeout.
+    /// This caller stopped waiting: no outcome arrived within its timeout
+    /// ([`crate::ProducerConfig::request_timeout`]). A decision of the caller's side: the
+    /// request itself may still be solved afterwards (and with dedup, its outcome cached
+    /// for the next identical request). Compare [`ErrorKind::Expired`].
     Timeout,
-    /// The handler failed the request for good ([`crate::Delivery::fail`]); the message is its.
+    /// The handler failed the request for good: [`crate::HandlerError::fail`] from a
+    /// [`crate::Consumer::serve`] handler, or [`crate::Delivery::fail`]; the message is the
+    /// handler's. Every caller waiting for the request gets it; a later identical request
+    /// runs again, unless within [`crate::QueueConfig::failure_ttl`].
     Remote,
     /// The request was dead-lettered: it was delivered `max_deliveries` times without an
     /// outcome (its consumers died or kept retrying), or it could not be decoded.
     Dead,
-    /// The request's deadline passed before any consumer solved it.
+    /// The queue gave the request up: its deadline (its submission plus the first
+    /// submitter's `request_timeout`) passed before a consumer solved it, and a consumer,
+    /// the janitor or a later submission recorded it expired; no consumer starts it any
+    /// more. A caller waiting for it whose own deadline is later submits it again instead
+    /// of being told. Compare [`ErrorKind::Timeout`], the caller's own wait running out.
     Expired,
     /// The request was withdrawn before it was solved (producer shut down, or withdrawn by hand).
     Cancelled,
@@ -48,6 +58,14 @@ impl ErrorKind {
             ErrorKind::Shutdown => "shut down",
             ErrorKind::Internal => "internal error",
         }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    /// The kind in words (`timeout`, `remote error`, `dead-lettered`, ...), as
+    /// [`Error`]'s `Display` starts.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -153,7 +171,8 @@ impl Error {
         }
     }
 
-    /// Whether this is a timeout (local [`ErrorKind::Timeout`] or [`ErrorKind::Expired`]).
+    /// Whether this is a timeout: the caller's own ([`ErrorKind::Timeout`]) or the
+    /// queue's ([`ErrorKind::Expired`]).
     pub fn is_timeout(&self) -> bool {
         matches!(self.kind, ErrorKind::Timeout | ErrorKind::Expired)
     }
@@ -242,6 +261,14 @@ mod tests {
 
     fn io(kind: Io) -> redis::RedisError {
         std::io::Error::new(kind, "trouble on the wire").into()
+    }
+
+    #[test]
+    fn kinds_display_as_errors_start() {
+        assert_eq!(ErrorKind::Remote.to_string(), "remote error");
+        assert_eq!(ErrorKind::Internal.to_string(), "internal error");
+        let e = Error::new(ErrorKind::Expired, "deadline passed");
+        assert!(e.to_string().starts_with(&format!("{}: ", e.kind())));
     }
 
     #[test]

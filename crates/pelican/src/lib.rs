@@ -45,7 +45,8 @@
 //!   (`pending.rs`), batched submissions (`submit.rs`), withdrawals (`cancel.rs`), the reply
 //!   reader (`replies.rs`), trimming, sweep and janitor (`maintenance.rs`).
 //! - `consumer/`: [`Consumer`] and `serve` (`mod.rs`), the reader (`reader.rs`), taking over
-//!   idle work (`reclaim.rs`), the outcome writer (`writer.rs`), leases (`lease.rs`),
+//!   idle work (`reclaim.rs`), waking the reader for released work and a stop (`wake.rs`),
+//!   the outcome writer (`writer.rs`), leases (`lease.rs`),
 //!   renewal and janitor (`maintenance.rs`), [`Delivery`], [`Job`], [`HandlerError`]
 //!   (`delivery.rs`).
 //! - [`nitro`]: Nitro's wire format (Arbitrum's `pubsub` streams): a consumer, a producer,

@@ -166,6 +166,21 @@ impl Shared {
             .await
     }
 
+    /// [`Shared::blocking_connection`], and on a cluster the node it goes to (see
+    /// [`Endpoint::own_connection_at`]).
+    pub(crate) async fn blocking_connection_at(
+        &self,
+        block: Duration,
+    ) -> Result<(OwnConn, Option<String>)> {
+        self.endpoint
+            .own_connection_at(
+                &mut self.conn(),
+                &self.keys.stream,
+                block + self.queue.command_timeout,
+            )
+            .await
+    }
+
     /// A connection of its own for a task that sends one command at a time.
     pub(crate) async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
         self.endpoint

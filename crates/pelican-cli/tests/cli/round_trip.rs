@@ -132,8 +132,51 @@ fn queue_settings_flags_reach_redis() {
         &["--result-ttl", "0", "stats"][..],
         &["--dead-maxlen", "0", "stats"],
         &["--consumer-gc-after", "x", "stats"],
+        &["--failure-ttl", "x", "stats"],
+        &["--failure-ttl", "300001", "stats"],
+        &["--result-ttl", "1000", "--failure-ttl", "1001", "stats"],
     ] {
         let out = env.run(bad);
         assert_eq!(out.code, 2, "{bad:?}: {out:?}");
     }
+}
+
+/// A handler's failure answers a new submission of the same request only within
+/// `--failure-ttl` (given to the caller: the submission reads it); by default it runs again.
+#[test]
+fn a_failure_answers_a_new_call_only_within_the_failure_ttl() {
+    let env = Env::new("failure-ttl");
+    let worker = env.spawn(&["worker", "--handler", "fail-if:bad"]);
+    let call = |extra: &[&str]| {
+        let mut args = vec!["call", "--id", "img-1"];
+        args.extend_from_slice(extra);
+        args.push(r#"{"bad": true}"#);
+        env.run(&args)
+    };
+    let mut conn = env.server.sync_connection();
+    let mut added = || -> u64 {
+        let info: std::collections::HashMap<String, redis::Value> = redis::cmd("XINFO")
+            .arg("STREAM")
+            .arg(env.keys().stream())
+            .query(&mut conn)
+            .unwrap();
+        redis::from_redis_value(info["entries-added"].clone()).unwrap()
+    };
+    let first = call(&[]);
+    assert_eq!(first.code, 3, "failed remotely: {first:?}");
+    let before = added();
+    // Within --failure-ttl: the recorded failure, nothing queued.
+    let cached = call(&["--failure-ttl", "60000"]);
+    assert_eq!(cached.code, 3, "{cached:?}");
+    assert_eq!(added(), before, "answered from the record");
+    // By default: run again (and failed again), a new entry.
+    let again = call(&[]);
+    assert_eq!(again.code, 3, "{again:?}");
+    assert_eq!(added(), before + 1, "run again");
+    let recorded: Option<Vec<u8>> = redis::cmd("GET")
+        .arg(env.keys().req("img-1"))
+        .query(&mut env.server.sync_connection())
+        .unwrap();
+    assert_eq!(recorded.and_then(|v| v.first().copied()), Some(b'E'));
+    drop(worker);
 }

@@ -25,7 +25,8 @@ use std::time::{Duration, Instant};
 pub const ACL_RULES: &str = "resetkeys ~pelican:* resetchannels -@all \
     +ping +fcall +function|load +multi +exec \
     +get +set +getdel +append +del +exists +mget +rename +strlen +getrange +pexpire +pttl +scan \
-    +xadd +xack +xdel +xclaim +xpending +xrange +xlen +xtrim +xinfo +xgroup +xread +xreadgroup";
+    +xadd +xack +xdel +xclaim +xpending +xrange +xlen +xtrim +xinfo +xgroup +xread +xreadgroup \
+    +client|setname +client|id +client|unblock +client|list";
 
 const N: u64 = 2_000;
 const POISON_AT: u64 = 500;

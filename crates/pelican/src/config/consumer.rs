@@ -27,14 +27,21 @@ pub struct ConsumerConfig {
     /// With P partitions, P - 1 more: each partition's reader holds one while it waits
     /// on an empty stream, so a partition with work still gets `prefetch`.
     pub prefetch: usize,
-    /// How long a blocking read waits for new entries. Default 2 s.
+    /// How long a blocking read waits for new entries. Default 2 s. It delays neither a
+    /// retry nor a stop: the read is ended early when entries this consumer released (a
+    /// retry, a panic, a dropped delivery) become reclaimable, and when it stops (with
+    /// the Redis rights the README lists: `client|id`, `client|unblock`). Each read costs
+    /// a round trip, so a longer block only saves commands while the queue is idle.
     pub block: Duration,
     /// How long [`crate::Consumer::shutdown`] waits for work in hand before releasing it.
     /// Default 30 s.
     pub shutdown_timeout: Duration,
     /// The consumer's name in the group. Default: `<host>-<pid>-<random>`.
     pub name: Option<String>,
-    /// Whether this consumer takes over idle entries of others. Default on.
+    /// Whether this consumer takes over idle entries of others, and entries released
+    /// (retries, its own included). Default on. Off, what it releases for at once is
+    /// taken by the others at once (it wakes them); a `retry_after` of its, at their next
+    /// reclaim scan (within their `block`).
     pub reclaim: bool,
 }
 

@@ -25,6 +25,9 @@ pub const DEFAULT_JANITOR_INTERVAL: Duration = Duration::from_secs(5);
 pub const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(300);
 /// Default lifetime of a cached outcome: 5 minutes.
 pub const DEFAULT_RESULT_TTL: Duration = Duration::from_secs(300);
+/// Default time a handler's failure is served to new submissions of its request: none
+/// (a new submission runs the request again).
+pub const DEFAULT_FAILURE_TTL: Duration = Duration::ZERO;
 /// Default lifetime of a producer's reply stream without a refresh.
 pub const DEFAULT_REPLY_TTL: Duration = Duration::from_secs(60);
 /// Default interval of the producer's fallback sweep.
@@ -83,6 +86,18 @@ pub struct QueueConfig {
     /// from the cache, and a producer that missed a pushed reply finds it there. Default
     /// 5 minutes.
     pub result_ttl: Duration,
+    /// How long a handler's failure ([`crate::HandlerError::Fail`],
+    /// [`crate::Delivery::fail`]) answers a NEW submission of the same request. Default
+    /// 0: never; a new submission runs the request again (a failure often comes from
+    /// something outside the request, gone a moment later). Whatever it is, the failure
+    /// stays recorded for `result_ttl` (`pelican inspect`, [`crate::Admin`] and a
+    /// producer that missed the pushed reply still find it), every caller that waited for
+    /// the request while it ran gets it, and a dead-lettered request stays answered
+    /// [`crate::ErrorKind::Dead`] for `result_ttl` (poison must not run again and again).
+    /// At most `result_ttl`. Applied when a request is submitted: it is the producers'
+    /// setting that counts, and they should use the consumers' `result_ttl` (a
+    /// failure's age is read from what is left of its ttl).
+    pub failure_ttl: Duration,
     /// Consumers of the group that own nothing and have been idle this long are removed
     /// by the janitor. Default 1 hour.
     pub consumer_gc_after: Duration,
@@ -112,6 +127,7 @@ impl std::fmt::Debug for QueueConfig {
             .field("command_timeout", &self.command_timeout)
             .field("janitor_interval", &self.janitor_interval)
             .field("result_ttl", &self.result_ttl)
+            .field("failure_ttl", &self.failure_ttl)
             .field("consumer_gc_after", &self.consumer_gc_after)
             .field("dead_maxlen", &self.dead_maxlen)
             .field("reply_maxlen", &self.reply_maxlen)
@@ -154,6 +170,7 @@ impl QueueConfig {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             janitor_interval: DEFAULT_JANITOR_INTERVAL,
             result_ttl: DEFAULT_RESULT_TTL,
+            failure_ttl: DEFAULT_FAILURE_TTL,
             consumer_gc_after: DEFAULT_CONSUMER_GC_AFTER,
             dead_maxlen: DEFAULT_DEAD_MAXLEN,
             reply_maxlen: DEFAULT_REPLY_MAXLEN,
@@ -218,6 +235,14 @@ impl QueueConfig {
         self
     }
 
+    /// Sets how long a handler's failure answers new submissions of its request (see
+    /// [`QueueConfig::failure_ttl`]).
+    #[must_use]
+    pub fn with_failure_ttl(mut self, ttl: Duration) -> Self {
+        self.failure_ttl = ttl;
+        self
+    }
+
     /// Sets the age after which idle consumers that own nothing are removed.
     #[must_use]
     pub fn with_consumer_gc_after(mut self, age: Duration) -> Self {
@@ -229,6 +254,13 @@ impl QueueConfig {
     #[must_use]
     pub fn with_dead_maxlen(mut self, n: usize) -> Self {
         self.dead_maxlen = n;
+        self
+    }
+
+    /// Sets the cap on unread entries of a reply stream.
+    #[must_use]
+    pub fn with_reply_maxlen(mut self, n: usize) -> Self {
+        self.reply_maxlen = n;
         self
     }
 
@@ -247,6 +279,12 @@ impl QueueConfig {
             return Err(Error::config("max_body_bytes must be at least 1"));
         }
         positive("result_ttl", self.result_ttl)?;
+        if self.failure_ttl > self.result_ttl {
+            return Err(Error::config(format!(
+                "failure_ttl ({:?}) must not be longer than result_ttl ({:?}): a failure is recorded for result_ttl",
+                self.failure_ttl, self.result_ttl
+            )));
+        }
         positive("janitor_interval", self.janitor_interval)?;
         positive("command_timeout", self.command_timeout)?;
         if self.partitions == 0 || self.partitions > MAX_PARTITIONS {

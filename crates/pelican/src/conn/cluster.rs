@@ -149,6 +149,24 @@ impl ClusterUrl {
         })
     }
 
+    /// What a process that could not connect through these seeds is told: which seeds it
+    /// tried, and with one alone, to list more (a process cannot start while the one seed
+    /// it knows is down, however healthy the rest of the cluster).
+    pub(crate) fn unreachable(&self) -> String {
+        let mut msg = format!(
+            "cannot connect to the Redis Cluster through any seed node of its URL (tried {})",
+            self.seeds.join(", ")
+        );
+        if self.seeds.len() == 1 {
+            msg.push_str(
+                "; a process finds the cluster only through the seeds its URL lists: list \
+                 several nodes (redis+cluster://host:port,host:port,...) so that one down \
+                 does not keep it from starting",
+            );
+        }
+        msg
+    }
+
     /// The single-node URL of `node` (`host:port`), with this URL's credentials and TLS.
     pub(crate) fn node_url(&self, node: &str) -> String {
         let scheme = if self.tls { "rediss" } else { "redis" };

@@ -7,7 +7,8 @@
 //!   blocking reads and the consumers' outcome writes ([`own_connection`], [`OwnConn`],
 //!   [`on_own`]); pelican's lean connection ([`wire`]) for plain TCP, and the commands it
 //!   writes large values with in place ([`framed`]).
-//! - Backoff and retry ([`retry`]).
+//! - Backoff and retry ([`retry`]); ending another connection's blocking read early
+//!   ([`unblock`]).
 
 /// The most connections one read of large values is split over (the consumer's read of
 /// entries and stored bodies, the producer's of stored answers).
@@ -28,6 +29,7 @@ pub(crate) mod cluster;
 pub(crate) mod command;
 pub(crate) mod framed;
 pub(crate) mod retry;
+pub(crate) mod unblock;
 pub(crate) mod wire;
 
 use crate::config::{redacted_url, QueueConfig};
@@ -125,7 +127,7 @@ impl Endpoint {
                 .get_async_connection()
                 .await
                 .map(|c| Conn::Cluster(Box::new(c)))
-                .map_err(unreachable),
+                .map_err(|e| Error::redis(&c.url.unreachable(), e)),
         }
     }
 
@@ -140,8 +142,20 @@ impl Endpoint {
         key: &str,
         timeout: Duration,
     ) -> Result<OwnConn> {
+        Ok(self.own_connection_at(shared, key, timeout).await?.0)
+    }
+
+    /// [`Endpoint::own_connection`], and on a cluster the node it goes to (`host:port`, as
+    /// `CLUSTER SLOTS` names it): what is sent about that connection on the shared one
+    /// (`CLIENT UNBLOCK`) goes to the same node ([`Conn::query_on`]).
+    pub(crate) async fn own_connection_at(
+        &self,
+        shared: &mut Conn,
+        key: &str,
+        timeout: Duration,
+    ) -> Result<(OwnConn, Option<String>)> {
         match self {
-            Endpoint::Node(client) => own_connection(client, timeout).await,
+            Endpoint::Node(client) => Ok((own_connection(client, timeout).await?, None)),
             Endpoint::Cluster(c) => {
                 let (url, tls_root_ca_pem) = (&c.url, &c.tls_root_ca_pem);
                 let slots: Value = redis::cmd("CLUSTER")
@@ -158,7 +172,8 @@ impl Endpoint {
                 })?;
                 let mut q = QueueConfig::new(url.node_url(&node), "node");
                 q.tls_root_ca_pem = tls_root_ca_pem.clone();
-                own_connection(&q.node_client(&q.url)?, timeout).await
+                let conn = own_connection(&q.node_client(&q.url)?, timeout).await?;
+                Ok((conn, Some(node)))
             }
         }
     }
@@ -216,6 +231,38 @@ impl Conn {
                 .await
             }
         }
+    }
+}
+
+impl Conn {
+    /// Runs a command that names no key on `node` (`host:port`, as the cluster names it:
+    /// [`Endpoint::own_connection_at`]), or without one on the master of `key`'s slot; on
+    /// one node, on that node.
+    pub(crate) async fn query_on(
+        &mut self,
+        cmd: redis::Cmd,
+        key: &str,
+        node: Option<&str>,
+    ) -> redis::RedisResult<Value> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        let (Conn::Cluster(c), Some(node)) = (&mut *self, node) else {
+            return self.query_near(cmd, key).await;
+        };
+        let (host, port) = node
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_string(), p.parse().ok()?)))
+            .ok_or_else(|| {
+                redis::RedisError::from((
+                    redis::ErrorKind::Client,
+                    "not a cluster node's address",
+                    node.to_string(),
+                ))
+            })?;
+        c.route_command(
+            cmd,
+            RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress { host, port }),
+        )
+        .await
     }
 }
 

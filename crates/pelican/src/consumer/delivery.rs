@@ -308,7 +308,9 @@ impl<Req, Resp, C: Codec> Drop for Delivery<Req, Resp, C> {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HandlerError {
-    /// Fail for good: the caller gets a [`ErrorKind::Remote`] error with this message.
+    /// Fail for good: every caller waiting gets an [`ErrorKind::Remote`] error with this
+    /// message (and a later identical request too, within
+    /// [`crate::QueueConfig::failure_ttl`]; after it, the request runs again).
     Fail(String),
     /// Give the request back to be tried again (counts towards `max_deliveries`).
     Retry(String),
@@ -325,6 +327,11 @@ impl HandlerError {
     /// A passing failure: try again.
     pub fn retry(message: impl Into<String>) -> Self {
         HandlerError::Retry(message.into())
+    }
+
+    /// A passing failure: try again after about `delay` (at most `claim_idle`).
+    pub fn retry_after(delay: Duration, message: impl Into<String>) -> Self {
+        HandlerError::RetryAfter(delay, message.into())
     }
 }
 

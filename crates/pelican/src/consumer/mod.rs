@@ -2,9 +2,9 @@
 //! idle work of dead consumers, dead-letters poison and writes outcomes in batches.
 //!
 //! Tasks: one reader (XREADGROUP BLOCK on a dedicated connection, large reads in parts
-//! over a few more, and the reclaim scan between reads), one writer (batches completions
-//! and releases into one script call each), one maintenance task (lease renewal,
-//! janitor).
+//! over a few more, and the reclaim scan between reads; woken out of its read for
+//! released work and for a stop, `wake.rs`), one writer (batches completions and releases
+//! into one script call each), one maintenance task (lease renewal, janitor).
 
 mod atomic;
 mod delivery;
@@ -14,6 +14,7 @@ mod maintenance;
 mod reader;
 mod reclaim;
 mod state;
+mod wake;
 mod writer;
 
 pub use delivery::{Delivery, HandlerError, Job, LeaseLost};
@@ -89,6 +90,7 @@ where
             let read_ahead = one_partition.then(|| Arc::new(state::ReadAhead::default()));
             let (writer_tx, writer_rx) = mpsc::unbounded_channel();
             let leases = Arc::new(Leases::default());
+            let wake = Arc::new(wake::Wake::default());
             let writer = Arc::new(Writer::new(
                 writer_tx,
                 leases.clone(),
@@ -106,6 +108,7 @@ where
                 writer,
                 stop: stop.clone(),
                 read_ahead: read_ahead.clone(),
+                wake: wake.clone(),
             });
             // Register the consumer now: Redis 7.0 creates it only at its first delivery,
             // and an operator should see an idle worker in `pelican stats`.
@@ -131,6 +134,8 @@ where
                         answer_token: crate::ids::random_id()[..16].to_string(),
                         next_answer: AtomicU64::new(1),
                         read_ahead,
+                        wake,
+                        reclaims: config.reclaim,
                     },
                     writer_rx,
                 ),
@@ -385,7 +390,8 @@ where
 }
 
 /// Releases everything the consumer still owns in a partition (including entries a
-/// cancelled read may have delivered unseen), then leaves its group if nothing is left.
+/// cancelled read may have delivered unseen) and wakes the other consumers' readers if it
+/// released anything since it began to stop, then leaves its group if nothing is left.
 /// Returns how many entries were released.
 async fn leave(part: &ConsumerState) -> Result<u64> {
     let sh = &part.shared;
@@ -412,6 +418,10 @@ async fn leave(part: &ConsumerState) -> Result<u64> {
         }
         Err(e) => return Err(Error::redis("releasing entries on shutdown", e)),
     };
+    if released > 0 || part.wake.released_stopping() {
+        // This consumer takes nothing more: the others take it, at once.
+        wake::wake_others(sh, &part.name).await;
+    }
     if released == 0 {
         let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
             .arg("DELCONSUMER")

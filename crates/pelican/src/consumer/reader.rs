@@ -6,11 +6,11 @@ use super::delivery::{Delivery, Job, LeaseLost};
 use super::fetch::Fetch;
 use super::reclaim::reclaim;
 use super::state::{ConsumerState, ReadAhead};
+use super::wake::{read_or_wake, ReaderConn};
 use super::writer::{Completion, WriteJob};
 use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::conn::retry::Backoff;
-use crate::conn::OwnConn;
 use crate::metrics::HandBack;
 use crate::protocol::entry::{Producers, RawEntry, Request};
 use crate::protocol::outcome::Outcome;
@@ -40,7 +40,7 @@ pub(super) async fn run<Req, Resp, C>(
 {
     let cfg = inner.config.clone();
     let sh = inner.shared.clone();
-    let mut conn = None;
+    let mut conn = ReaderConn::new();
     let mut fetch = Fetch::new();
     let mut producers = Producers::default();
     let mut backoff = Backoff::new();
@@ -55,6 +55,9 @@ pub(super) async fn run<Req, Resp, C>(
     let several = sh.queue.partitions > 1;
     let mut drained = false;
     loop {
+        // Entries this consumer released that are reclaimable now: scan at once, from
+        // the start (the scan's cursor may be past them).
+        take_released(&inner, &mut next_reclaim, &mut cursor);
         // This reader's turn among the partitions' readers, then a free slot. Slots
         // freed together would otherwise go one to each waiting reader (the semaphore
         // serves its waiters in order), and every partition would read one entry.
@@ -81,6 +84,7 @@ pub(super) async fn run<Req, Resp, C>(
         // Every free slot, up to a batch, in one bundle (one semaphore operation, not one
         // per slot); a permit is split off per delivery and the rest returned at once.
         let mut bundle = first;
+        take_released(&inner, &mut next_reclaim, &mut cursor);
         // A drained stream is waited on with one slot; a reclaim scan that is due takes
         // every free slot all the same (it claims up to as many entries as slots).
         let reclaim_due = cfg.reclaim && Instant::now() >= next_reclaim;
@@ -95,9 +99,9 @@ pub(super) async fn run<Req, Resp, C>(
             }
         }
         let mut permits = Hand(Some(bundle));
-        if conn.is_none() {
-            match sh.blocking_connection(cfg.block).await {
-                Ok(c) => conn = Some(c),
+        if !conn.is_open() {
+            match conn.open(&inner).await {
+                Ok(()) => {}
                 Err(e) => {
                     tracing::warn!(error = %format_args!("{e:#}"), "consumer cannot connect; retrying");
                     drop(permits);
@@ -109,7 +113,7 @@ pub(super) async fn run<Req, Resp, C>(
         if cfg.reclaim && Instant::now() >= next_reclaim {
             // Nothing in hand: it may take a request for its last delivery, alone.
             let idle = permits.len() + inner.slots.available_permits() >= cfg.prefetch;
-            let c = conn.as_mut().expect("connected");
+            let c = conn.get();
             match reclaim(&inner, c, &mut fetch, &cursor, permits.len(), idle).await {
                 Ok((next, claimed, solo, waiting_alone)) => {
                     if next == "-" {
@@ -152,7 +156,7 @@ pub(super) async fn run<Req, Resp, C>(
                     next_reclaim =
                         Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
                     // Its connection may be broken: the next turn opens another.
-                    conn = None;
+                    conn.lost();
                     continue;
                 }
             }
@@ -160,32 +164,37 @@ pub(super) async fn run<Req, Resp, C>(
                 continue;
             }
         }
-        let block = if cfg.reclaim {
-            next_reclaim
-                .saturating_duration_since(Instant::now())
-                .min(cfg.block)
-                .max(Duration::from_millis(1))
-        } else {
-            cfg.block
-        };
+        // Until the next reclaim scan, or until entries this consumer released become
+        // reclaimable: the read ends then (it is also woken for released entries and for
+        // a stop that come while it waits: `wake.rs`).
+        let now = Instant::now();
+        let mut ends = now + cfg.block;
+        if cfg.reclaim {
+            ends = ends.min(next_reclaim);
+            if let Some(due) = inner.wake.next_due() {
+                ends = ends.min(due);
+            }
+        }
+        let block = ends
+            .saturating_duration_since(now)
+            .max(Duration::from_millis(1));
         let probe = several && permits.len() > 1;
         let count = permits
             .len()
             .min((MAX_READ_BYTES / entry_bytes.max(1)).max(1));
-        let c = conn.as_mut().expect("connected");
-        let read = fetch
-            .read(&inner, c, count, (!probe).then_some(block))
-            .await;
+        let (c, client) = conn.for_read();
+        let read = fetch.read(&inner, c, count, (!probe).then_some(block));
+        let read = read_or_wake(&inner, client, now + block, read).await;
         match read {
             Ok(mut entries) => {
                 backoff.reset();
                 // Stored bodies, read from the node that owns the partition's slot. A
                 // failed read is a failed read: the entries are pending and come back
                 // by reclaim.
-                let c = conn.as_mut().expect("connected");
+                let c = conn.get();
                 if let Err(e) = fetch.bodies(&inner, c, &mut entries).await {
                     tracing::warn!(error = %format_args!("{e:#}"), "reading stored bodies failed; reconnecting");
-                    conn = None;
+                    conn.lost();
                     drop(permits);
                     wait_or_stop(&inner, backoff.next()).await;
                     continue;
@@ -199,10 +208,11 @@ pub(super) async fn run<Req, Resp, C>(
                     continue;
                 }
                 if entries.is_empty() && cfg.reclaim {
-                    // Idle for a whole block: look for released work now. A retry, a
-                    // dropped delivery or a shutdown makes entries reclaimable at once,
-                    // and waiting for the reclaim interval (claim_idle / 2) would leave
-                    // them lying there while this consumer has nothing to do.
+                    // Idle for a whole block (or woken): look for released work now.
+                    // Another consumer's retry, dropped delivery or shutdown makes
+                    // entries reclaimable at once, and waiting for the reclaim interval
+                    // (claim_idle / 2) would leave them lying there while this consumer
+                    // has nothing to do.
                     next_reclaim = Instant::now();
                 }
                 for e in entries {
@@ -220,11 +230,20 @@ pub(super) async fn run<Req, Resp, C>(
             }
             Err(e) => {
                 tracing::warn!(error = %format_args!("{e:#}"), "read failed; reconnecting");
-                conn = None;
+                conn.lost();
                 drop(permits);
                 wait_or_stop(&inner, backoff.next()).await;
             }
         }
+    }
+}
+
+/// Entries this consumer released that are reclaimable now ([`super::wake::Wake`]): the
+/// reclaim scan is due at once, and starts over.
+fn take_released(inner: &ConsumerState, next_reclaim: &mut Instant, cursor: &mut String) {
+    if inner.config.reclaim && inner.wake.take_due(Instant::now()) {
+        *next_reclaim = Instant::now();
+        "-".clone_into(cursor);
     }
 }
 
@@ -242,7 +261,7 @@ async fn read_ahead<Req, Resp, C>(
     inner: &ConsumerState,
     ahead: &ReadAhead,
     tx: &mpsc::Sender<Delivery<Req, Resp, C>>,
-    conn: &mut Option<OwnConn>,
+    conn: &mut ReaderConn,
     fetch: &mut Fetch,
     producers: &mut Producers,
     entry_bytes: &mut usize,
@@ -256,23 +275,19 @@ async fn read_ahead<Req, Resp, C>(
         return;
     }
     let sh = &inner.shared;
-    if conn.is_none() {
-        match sh.blocking_connection(inner.config.block).await {
-            Ok(c) => *conn = Some(c),
-            // The reader's own turn reconnects, with backoff.
-            Err(_) => return,
-        }
+    // The reader's own turn reconnects, with backoff.
+    if !conn.is_open() && conn.open(inner).await.is_err() {
+        return;
     }
     let count = freeing
         .min(MAX_BATCH)
         .min((MAX_READ_BYTES / (*entry_bytes).max(1)).max(1));
-    let c = conn.as_mut().expect("connected");
-    let mut entries = match fetch.read(inner, c, count, None).await {
+    let mut entries = match fetch.read(inner, conn.get(), count, None).await {
         Ok(e) if e.is_empty() => return,
         Ok(e) => e,
         Err(e) => {
             tracing::debug!(error = %format_args!("{e:#}"), "reading ahead failed; reconnecting");
-            *conn = None;
+            conn.lost();
             return;
         }
     };
@@ -291,11 +306,10 @@ async fn read_ahead<Req, Resp, C>(
         }
         return;
     };
-    let c = conn.as_mut().expect("connected");
-    if let Err(e) = fetch.bodies(inner, c, &mut entries).await {
+    if let Err(e) = fetch.bodies(inner, conn.get(), &mut entries).await {
         // As for any read: the entries are pending and come back by reclaim.
         tracing::warn!(error = %format_args!("{e:#}"), "reading stored bodies failed; reconnecting");
-        *conn = None;
+        conn.lost();
         return;
     }
     if let Some(mean) = RawEntry::mean_size(&entries) {

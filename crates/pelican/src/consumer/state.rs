@@ -1,7 +1,8 @@
 //! What a consumer's reader and maintenance share: the queue, the settings, the prefetch
-//! slots, the leases, the way to the writer and the stop signal.
+//! slots, the leases, the way to the writer, the stop signal and the reader's wake-ups.
 
 use super::lease::Leases;
+use super::wake::Wake;
 use super::writer::Writer;
 use crate::config::ConsumerConfig;
 use crate::shared::Shared;
@@ -25,6 +26,8 @@ pub(super) struct ConsumerState {
     pub(super) stop: CancellationToken,
     /// A queue of one partition: what the outcome writer's call on the wire will free.
     pub(super) read_ahead: Option<Arc<ReadAhead>>,
+    /// When what the writer released becomes reclaimable (the reader wakes for it).
+    pub(super) wake: Arc<Wake>,
 }
 
 /// The prefetch slots the outcome writer's call on the wire will free when it returns.

@@ -4,6 +4,7 @@
 
 use super::lease::Leases;
 use super::state::ReadAhead;
+use super::wake::Wake;
 use crate::clock::{ms, now_ms};
 use crate::conn::framed::StoredBody;
 use crate::conn::retry::Backoff;
@@ -167,6 +168,10 @@ pub(super) struct WriterTask {
     pub(super) next_answer: AtomicU64,
     /// Told how many prefetch slots each call will free (see [`ReadAhead`]).
     pub(super) read_ahead: Option<Arc<ReadAhead>>,
+    /// Told when what it released becomes reclaimable (the reader takes it then).
+    pub(super) wake: Arc<Wake>,
+    /// Whether the consumer reclaims (takes released entries again) at all.
+    pub(super) reclaims: bool,
 }
 
 impl WriterTask {
@@ -194,6 +199,7 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
         let mut completes: Vec<Completion> = Vec::new();
         let mut releases: Vec<Release> = Vec::new();
         let mut flushes = Vec::new();
+        let mut wake_others = false;
         for j in jobs.drain(..) {
             match j {
                 WriteJob::Complete(c) => completes.push(c),
@@ -239,9 +245,25 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
             let mut result = Ok(());
             for (idle, sids) in by_idle {
-                if let Err(e) = release(&inner, &mut conn, idle, &sids).await {
-                    tracing::warn!(error = %format_args!("{e:#}"), "releasing entries failed; they are reclaimed after claim_idle");
-                    result = Err(e);
+                match release(&inner, &mut conn, idle, &sids).await {
+                    // Reclaimable once their idle time reaches claim_idle (a
+                    // millisecond later, for Redis' clock's rounding): the reader wakes
+                    // then (told before the slots go: a reader waiting for one scans
+                    // first).
+                    Ok(()) => {
+                        let wait = ms(inner.claim_idle).saturating_sub(idle) + 1;
+                        let at = Instant::now() + Duration::from_millis(wait);
+                        inner
+                            .wake
+                            .released(inner.reclaims.then_some(at), inner.stop.is_cancelled());
+                        // This consumer never takes released entries: the others do,
+                        // at once (a delayed one at their next scan).
+                        wake_others |= !inner.reclaims && idle >= ms(inner.claim_idle);
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %format_args!("{e:#}"), "releasing entries failed; they are reclaimed after claim_idle");
+                        result = Err(e);
+                    }
                 }
             }
             let mut held = inner.leases.held.lock().unwrap();
@@ -255,6 +277,9 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
         }
         drop(turn);
+        if wake_others {
+            super::wake::wake_others(&inner.shared, &inner.name).await;
+        }
         for f in flushes {
             let _ = f.send(());
         }

@@ -164,6 +164,7 @@ async fn submit_indexed(inner: &Inner, jobs: &[SubmitJob], stages: &[Option<Stri
         producer: &inner.id,
         result_ttl_ms: result_ttl,
         reply_maxlen: sh.queue.reply_maxlen,
+        failure_ttl_ms: ms(sh.queue.failure_ttl),
     }
     .call(
         &sh.scripts,

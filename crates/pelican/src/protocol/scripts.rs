@@ -81,6 +81,8 @@ pub(crate) struct Submit<'a> {
     /// How long an outcome is kept, and how long an index outlives its deadline.
     pub(crate) result_ttl_ms: u64,
     pub(crate) reply_maxlen: usize,
+    /// How long a recorded failure answers a new submission (`QueueConfig::failure_ttl`).
+    pub(crate) failure_ttl_ms: u64,
 }
 
 /// One request of a [`Submit`] batch.
@@ -126,7 +128,8 @@ impl Submit<'_> {
             .arg(self.producer)
             .arg(&k.group)
             .arg(self.result_ttl_ms)
-            .arg(self.reply_maxlen);
+            .arg(self.reply_maxlen)
+            .arg(self.failure_ttl_ms);
         for r in requests {
             c.arg(r.rid)
                 .arg(r.deadline_ms)

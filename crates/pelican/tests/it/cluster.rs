@@ -242,3 +242,58 @@ async fn dead_letters_across_partitions() {
     assert_eq!(admin.stats().await.unwrap().dead_letters, 0);
     p.shutdown().await.unwrap();
 }
+
+/// A process finds a cluster only through the seed nodes of its URL. With the one node a
+/// URL lists down (a replica, killed: the cluster itself is whole), a process cannot
+/// start, and the error names the seed it tried and says to list several; with a live
+/// node listed beside it, it starts and serves (the rest is discovered); with every seed
+/// down, the error names them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_starts_while_a_seed_is_down_when_the_url_lists_another() {
+    let mut cluster = RedisCluster::start_with(3, 1, &[]);
+    let replica = cluster.replicas_of(0)[0];
+    let ports = cluster.ports();
+    let down = format!("127.0.0.1:{}", ports[replica]);
+    let live = format!("127.0.0.1:{}", ports[0]);
+    cluster.nodes_mut()[replica].kill();
+    let name = unique_name("seeds");
+    let with = |seeds: &[&str]| {
+        QueueConfig::new(format!("redis+cluster://{}", seeds.join(",")), name.clone())
+            .with_janitor_interval(Duration::from_millis(200))
+    };
+
+    let e = Producer::<Req, Resp>::connect(with(&[&down]), fast_producer())
+        .await
+        .err()
+        .expect("no seed answers");
+    assert_eq!(e.kind(), ErrorKind::Redis, "{e:#}");
+    assert!(e.message().contains(&format!("(tried {down})")), "{e:#}");
+    assert!(e.message().contains("list several nodes"), "{e:#}");
+
+    let elsewhere = format!("127.0.0.1:{}", pelican_testkit::free_port());
+    let e = Consumer::<Req, Resp>::connect(with(&[&down, &elsewhere]), fast_consumer())
+        .await
+        .err()
+        .expect("no seed answers");
+    assert!(
+        e.message()
+            .contains(&format!("(tried {down}, {elsewhere})")),
+        "{e:#}"
+    );
+    assert!(!e.message().contains("list several"), "{e:#}");
+
+    let q = with(&[&down, &live]);
+    let (w, runs) = Worker::counting(&q, fast_consumer(), "w").await;
+    let p = Producer::<Req, Resp>::connect(q.clone(), fast_producer())
+        .await
+        .unwrap();
+    for i in 0..10 {
+        assert_eq!(
+            p.call(&Req::new(i, "s")).await.unwrap(),
+            echo(&Req::new(i, "s"), "w")
+        );
+    }
+    assert_eq!(runs.total(), 10);
+    w.stop().await;
+    p.shutdown().await.unwrap();
+}

@@ -17,6 +17,7 @@
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 //! - `sweep`: the producer's sweep of requests without dedup: the lost submitted again.
 //! - `trace`: the entry's trace context field `tp`.
+//! - `wake`: released work taken again at once, a stop at once, whatever `block` is.
 
 mod cluster;
 mod common;
@@ -38,3 +39,4 @@ mod smoke;
 mod supervision;
 mod sweep;
 mod trace;
+mod wake;

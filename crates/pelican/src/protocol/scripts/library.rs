@@ -1,8 +1,13 @@
 //! pelican's scripts as one Redis function library (`FUNCTION LOAD`, called with `FCALL`).
 //!
 //! The library is `lib.lua`, then each script file as the body of a function of its
-//! own: `redis.register_function('<library>_<script>', function(KEYS, ARGV) begin_call()
-//! <script> end)`. A script file reads as it did when it was run with `EVALSHA` (its
+//! own:
+//!
+//! ```lua
+//! redis.register_function('<library>_<script>', function(KEYS, ARGV) begin_call() <script> end)
+//! ```
+//!
+//! A script file reads as it did when it was run with `EVALSHA` (its
 //! `KEYS` and `ARGV` are the function's arguments).
 //!
 //! Why a library and not scripts: a script sent with `EVALSHA` runs its whole text at every

@@ -16,6 +16,8 @@ struct Fixture {
     conn: ConnectionManager,
     scripts: Scripts,
     keys: Keys,
+    /// The failure ttl `submit` passes (`QueueConfig::failure_ttl`); 0 unless a test sets it.
+    failure_ttl_ms: std::cell::Cell<u64>,
 }
 
 const TTL_MS: u64 = 60_000;
@@ -43,6 +45,7 @@ async fn fixture() -> Fixture {
         conn,
         scripts: Scripts::new(keys.clone()),
         keys,
+        failure_ttl_ms: std::cell::Cell::new(0),
     }
 }
 
@@ -91,6 +94,7 @@ impl Fixture {
             producer,
             result_ttl_ms: TTL_MS,
             reply_maxlen: 100,
+            failure_ttl_ms: self.failure_ttl_ms.get(),
         }
         .call(
             &self.scripts,
@@ -320,6 +324,98 @@ async fn complete_records_the_first_outcome_and_submit_reads_it_back() {
         f.submit("p2", "r", now).await,
         SubmitAnswer::Cached(Outcome::decode(&ok).unwrap())
     );
+}
+
+/// A handler's failure is recorded for the result ttl, but answers a new submission only
+/// within the failure ttl of its recording (none by default): later the request is queued
+/// again and its new index replaces the failure. A dead letter stays cached. The age is
+/// what the result ttl has lost (set here with PEXPIRE: no waiting).
+#[tokio::test]
+async fn a_failure_answers_new_submissions_only_within_the_failure_ttl() {
+    let f = fixture().await;
+    let now = 1_700_000_000_000;
+    for p in ["p1", "p2"] {
+        f.reply_stream(p).await;
+    }
+    // Fails rid `rid` (submitted by p1, joined by p2) with `outcome`: its entry id.
+    let fail = |rid: &'static str, outcome: Outcome| {
+        let f = &f;
+        async move {
+            let SubmitAnswer::Queued(sid) = f.submit("p1", rid, now).await else {
+                panic!("queued")
+            };
+            assert_eq!(f.submit("p2", rid, now).await, SubmitAnswer::Joined);
+            assert_eq!(f.deliver().await, vec![sid.clone()]);
+            let outcome = outcome.encode();
+            let entry = CompleteEntry {
+                sid: &sid,
+                rid,
+                from: "p1",
+                deadline_ms: deadline(now),
+                indexed: true,
+                stored_body: false,
+                small: false,
+                outcome: &outcome,
+            };
+            assert_eq!(f.complete(now, [entry]).await, vec![true]);
+            sid
+        }
+    };
+    let age = |rid: &'static str, ms: u64| {
+        let f = &f;
+        async move {
+            let _: i64 = f
+                .query(redis::cmd("PEXPIRE").arg(f.keys.req(rid)).arg(TTL_MS - ms))
+                .await;
+        }
+    };
+    let failed = Outcome::Remote("no source image".into());
+    // Default (0): recorded, told to both waiters, never served to a new submission.
+    let first = fail("a", failed.clone()).await;
+    for p in ["p1", "p2"] {
+        let told: Vec<_> = f.replies(p).await.into_iter().map(|r| r.0).collect();
+        assert_eq!(told, ["a"], "every waiter of the run is told");
+    }
+    assert_eq!(f.index("a").await, Some(IndexValue::Done(failed.clone())));
+    let SubmitAnswer::Queued(again) = f.submit("p1", "a", now).await else {
+        panic!("a failure is not served by default: the request runs again")
+    };
+    assert_ne!(again, first);
+    assert_eq!(f.index("a").await, pending(&again, deadline(now), &["p1"]));
+    assert_eq!(f.deliver().await, vec![again]);
+    // With a failure ttl of 10 s: served while younger, run again when older.
+    f.failure_ttl_ms.set(10_000);
+    fail("b", failed.clone()).await;
+    age("b", 9_000).await;
+    assert_eq!(
+        f.submit("p1", "b", now).await,
+        SubmitAnswer::Cached(failed.clone())
+    );
+    age("b", 11_000).await;
+    let SubmitAnswer::Queued(again) = f.submit("p1", "b", now).await else {
+        panic!("a failure older than the failure ttl: the request runs again")
+    };
+    assert_eq!(f.deliver().await, vec![again]);
+    // A failure ttl of the result ttl: served as long as it is recorded.
+    f.failure_ttl_ms.set(TTL_MS);
+    fail("c", failed.clone()).await;
+    age("c", TTL_MS - 1).await;
+    assert_eq!(
+        f.submit("p1", "c", now).await,
+        SubmitAnswer::Cached(failed.clone())
+    );
+    // A dead letter and a response stay cached whatever the failure ttl.
+    f.failure_ttl_ms.set(0);
+    let dead = Outcome::Dead("poison".into());
+    let ok = Outcome::Ok(b"{}".to_vec());
+    for (rid, outcome) in [("d", dead), ("o", ok)] {
+        fail(rid, outcome.clone()).await;
+        age(rid, TTL_MS - 1).await;
+        assert_eq!(
+            f.submit("p1", rid, now).await,
+            SubmitAnswer::Cached(outcome)
+        );
+    }
 }
 
 /// The gate compares the index with the value it holds while the submitter alone waits

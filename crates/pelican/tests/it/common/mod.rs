@@ -144,7 +144,8 @@ impl Target {
             .with_partitions(partitions)
     }
 
-    fn node_urls(&self) -> Vec<String> {
+    /// The URL of every node that runs.
+    pub fn node_urls(&self) -> Vec<String> {
         match self {
             Target::Node(s) => vec![s.url()],
             Target::Cluster(c) => c

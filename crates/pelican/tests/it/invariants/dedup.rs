@@ -1,7 +1,8 @@
 //! Invariant 3: identical requests in flight are solved once.
 
 use crate::common::*;
-use pelican::{ErrorKind, Producer, Submitted};
+use pelican::admin::RequestState;
+use pelican::{Admin, ErrorKind, HandlerError, Producer, Submitted};
 use pelican_testkit::{eventually, RedisServer};
 use std::time::Duration;
 use tokio::task::JoinSet;
@@ -122,4 +123,71 @@ async fn inv3_dedup_joiner_outlives_the_first_deadline() {
         .expect("the outcome is cached");
     assert_eq!(cached.first(), Some(&b'O'));
     w.stop().await;
+}
+
+/// A handler's failure (`HandlerError::fail`): every caller waiting while the request ran
+/// gets it, it stays recorded for `result_ttl` (`Admin::inspect`), and a later submission
+/// of the same request runs it again, unless within `failure_ttl` of the failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failure_is_told_to_its_waiters_and_not_served_to_a_later_submission() {
+    let server = RedisServer::start();
+    for failure_ttl in [Duration::ZERO, Duration::from_secs(60)] {
+        let q = queue(&server, "failures").with_failure_ttl(failure_ttl);
+        let runs = Runs::default();
+        let gate = Gate::default();
+        let (r, g) = (runs.clone(), gate.clone());
+        // Fails its first run (after the gate opens), answers the later ones.
+        let w = Worker::spawn(&q, fast_consumer(), 4, move |req: Req, job| {
+            let (runs, gate) = (r.clone(), g.clone());
+            async move {
+                let n = runs.hit(job.request_id());
+                gate.wait().await;
+                if n == 1 {
+                    Err(HandlerError::fail("the source image is missing"))
+                } else {
+                    Ok(echo(&req, "w"))
+                }
+            }
+        })
+        .await;
+        let (p1, p2) = (
+            Producer::<Req, Resp>::connect(q.clone(), fast_producer())
+                .await
+                .unwrap(),
+            Producer::<Req, Resp>::connect(q.clone(), fast_producer())
+                .await
+                .unwrap(),
+        );
+        let req = Req::new(1, "thumbnail");
+        let first = p1.submit(&req).await.unwrap();
+        let joiner = p2.submit(&req).await.unwrap();
+        assert_eq!(joiner.submitted(), Submitted::Joined);
+        let rid = first.request_id().to_string();
+        gate.open();
+        for t in [first, joiner] {
+            let e = t.await.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Remote, "{e:#}");
+            assert!(e.message().contains("source image"), "{e:#}");
+        }
+        let info = Admin::connect(q.clone())
+            .await
+            .unwrap()
+            .inspect(&rid)
+            .await
+            .unwrap()
+            .expect("the failure is recorded");
+        assert_eq!(info.state, RequestState::Error);
+        let later = p2.call(&req).await;
+        if failure_ttl.is_zero() {
+            assert_eq!(later.unwrap(), echo(&req, "w"), "run again");
+            assert_eq!(runs.get(&rid), 2);
+        } else {
+            let e = later.unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::Remote, "the failure, from the cache");
+            assert_eq!(runs.get(&rid), 1);
+        }
+        w.stop().await;
+        p1.shutdown().await.unwrap();
+        p2.shutdown().await.unwrap();
+    }
 }
