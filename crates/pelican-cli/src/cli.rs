@@ -244,7 +244,11 @@ pub struct WorkerArgs {
     /// Print one line per handled request on stdout (JSON with --json).
     #[arg(long)]
     pub verbose: bool,
-    /// Serve metrics in Prometheus text format on this loopback address, e.g. 127.0.0.1:9464.
+    /// Serve metrics in Prometheus text format at http://ADDR/metrics, e.g.
+    /// 127.0.0.1:9464, or 0.0.0.0:9464 for a Prometheus that scrapes pods: the queue's
+    /// counters and histograms (pelican_requests_*, pelican_deliveries_*,
+    /// pelican_handler_duration_seconds, ...; labelled with the queue's name), no bodies or
+    /// request ids, no authentication.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
 }

@@ -15,9 +15,6 @@ use tracing::Instrument;
 /// Runs the worker.
 pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
     let handler = Arc::new(Handler::parse(&args.handler)?);
-    if let Some(addr) = args.metrics {
-        crate::metrics_http::check_addr(addr)?;
-    }
     let queue = g.connectable().await?;
     let metrics_addr = match args.metrics {
         Some(addr) => Some(crate::metrics_http::serve(addr).await?),
