@@ -64,6 +64,18 @@ pub struct Global {
     /// RUST_LOG=... takes any tracing filter when -v is not given).
     #[arg(short = 'v', action = clap::ArgAction::Count, global = true)]
     pub log: u8,
+    /// How logs are written on stderr: text (coloured only on a terminal, and not with
+    /// NO_COLOR set), or json: one object per line (timestamp, level, message, fields,
+    /// target, spans) for log shippers, the command's own messages on stderr included.
+    #[arg(
+        long,
+        env = "PELICAN_LOG_FORMAT",
+        value_enum,
+        default_value_t,
+        global = true,
+        value_name = "FORMAT"
+    )]
+    pub log_format: crate::logging::LogFormat,
     /// Export spans to this OpenTelemetry collector over OTLP/HTTP, e.g.
     /// http://127.0.0.1:4318 (needs a build with the `otel` feature): a request is one
     /// trace from `pelican call` through the worker.

@@ -123,7 +123,7 @@ pub fn finish(result: CliResult) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(OK),
         Err(e) => {
-            eprintln!("pelican: {}", e.message);
+            crate::logging::say(tracing::Level::ERROR, &format!("pelican: {}", e.message));
             ExitCode::from(e.code)
         }
     }

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::Instrument;
+use tracing::{Instrument, Level};
 
 /// Runs the worker.
 pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
@@ -48,33 +48,38 @@ pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        eprintln!(
+        crate::logging::say(
+            Level::INFO,
             "pelican worker: stopping: finishing the requests in hand (send the signal again \
-             to exit at once)"
+             to exit at once)",
         );
         stop.stop();
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        eprintln!(
+        crate::logging::say(
+            Level::WARN,
             "pelican worker: second signal: exiting now; the requests in hand are taken over \
-             by other workers after claim_idle"
+             by other workers after claim_idle",
         );
         std::process::exit(crate::exit::FAILURE.into());
     });
-    eprintln!(
-        "pelican worker: serving queue {:?} on {} as consumer {} (handler {handler}, \
+    crate::logging::say(
+        Level::INFO,
+        &format!(
+            "pelican worker: serving queue {:?} on {} as consumer {} (handler {handler}, \
          concurrency {}, claim idle {} ms, max deliveries {}){}; stop with Ctrl-C",
-        g.queue,
-        g.redis.redacted(),
-        out.consumer,
-        args.concurrency,
-        args.claim_idle,
-        args.max_deliveries,
-        metrics_addr
-            .map(|a| format!(", metrics on http://{a}/metrics"))
-            .unwrap_or_default(),
+            g.queue,
+            g.redis.redacted(),
+            out.consumer,
+            args.concurrency,
+            args.claim_idle,
+            args.max_deliveries,
+            metrics_addr
+                .map(|a| format!(", metrics on http://{a}/metrics"))
+                .unwrap_or_default(),
+        ),
     );
     out.event(json!({"event": "ready", "consumer": out.consumer, "pid": std::process::id()}));
     let served = {
@@ -100,7 +105,10 @@ pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
     };
     served.await.map_err(|e| g.error(&e))?;
     let handled = out.handled.load(Ordering::Relaxed);
-    eprintln!("pelican worker: stopped after handling {handled} requests");
+    crate::logging::say(
+        Level::INFO,
+        &format!("pelican worker: stopped after handling {handled} requests"),
+    );
     out.event(json!({"event": "stopped", "consumer": out.consumer, "handled": handled}));
     Ok(())
 }

@@ -10,6 +10,7 @@ mod dead;
 mod demo;
 mod exit_codes;
 mod inspect;
+mod logs;
 mod metrics;
 mod nitro;
 mod round_trip;
