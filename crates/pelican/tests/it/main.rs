@@ -17,9 +17,12 @@
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 //! - `sweep`: the producer's sweep of requests without dedup: the lost submitted again.
 //! - `trace`: the entry's trace context field `tp`.
+//! - `docs`: the repository's documents agree with the package (README examples, entry
+//!   fields in docs/PROTOCOL.md, licence copies).
 
 mod cluster;
 mod common;
+mod docs;
 mod failover;
 mod faults;
 mod foreign;
