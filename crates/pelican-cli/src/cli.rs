@@ -66,6 +66,18 @@ pub struct Global {
     /// RUST_LOG=... takes any tracing filter when -v is not given).
     #[arg(short = 'v', action = clap::ArgAction::Count, global = true)]
     pub log: u8,
+    /// How logs are written on stderr: text (coloured only on a terminal, and not with
+    /// NO_COLOR set), or json: one object per line (timestamp, level, message, fields,
+    /// target, spans) for log shippers, the command's own messages on stderr included.
+    #[arg(
+        long,
+        env = "PELICAN_LOG_FORMAT",
+        value_enum,
+        default_value_t,
+        global = true,
+        value_name = "FORMAT"
+    )]
+    pub log_format: crate::logging::LogFormat,
     /// Export spans to this OpenTelemetry collector over OTLP/HTTP, e.g.
     /// http://127.0.0.1:4318 (needs a build with the `otel` feature): a request is one
     /// trace from `pelican call` through the worker.
@@ -252,7 +264,11 @@ pub struct WorkerArgs {
     /// Print one line per handled request on stdout (JSON with --json).
     #[arg(long)]
     pub verbose: bool,
-    /// Serve metrics in Prometheus text format on this loopback address, e.g. 127.0.0.1:9464.
+    /// Serve metrics in Prometheus text format at http://ADDR/metrics, e.g.
+    /// 127.0.0.1:9464, or 0.0.0.0:9464 for a Prometheus that scrapes pods: the queue's
+    /// counters and histograms (pelican_requests_*, pelican_deliveries_*,
+    /// pelican_handler_duration_seconds, ...; labelled with the queue's name), no bodies or
+    /// request ids, no authentication.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<SocketAddr>,
     /// How the queue's bodies are decoded: json (the default codec), or raw (bytes as

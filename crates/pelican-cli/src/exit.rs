@@ -92,7 +92,7 @@ impl CliError {
                 "{msg}. Send a reference to the data (a key or a URL) instead of the data"
             )),
             ErrorKind::Redis => CliError::failure(format!(
-                "redis error: {msg}. Check that the server at {} is Redis 6.2 or newer and reachable \
+                "redis error: {msg}. Check that the server at {} is Redis 7.0 or newer and reachable \
                  (`redis-cli -u URL ping`){}",
                 pelican::config::redacted_url(url),
                 if url.starts_with("rediss+cluster://") {
@@ -123,7 +123,7 @@ pub fn finish(result: CliResult) -> ExitCode {
     match result {
         Ok(()) => ExitCode::from(OK),
         Err(e) => {
-            eprintln!("pelican: {}", e.message);
+            crate::logging::say(tracing::Level::ERROR, &format!("pelican: {}", e.message));
             ExitCode::from(e.code)
         }
     }

@@ -78,10 +78,13 @@ impl Handler {
                     )));
                 }
                 Step::CrashIf(f) if flag(&req, f) => {
-                    eprintln!(
-                        "pelican worker: crash-if:{f}: the request has \"{f}\": true; aborting \
-                         the process on purpose (another worker takes the request over after \
-                         claim_idle, until it is dead-lettered)"
+                    crate::logging::say(
+                        tracing::Level::ERROR,
+                        &format!(
+                            "pelican worker: crash-if:{f}: the request has \"{f}\": true; \
+                             aborting the process on purpose (another worker takes the \
+                             request over after claim_idle, until it is dead-lettered)"
+                        ),
                     );
                     no_core_dump();
                     std::process::abort();

@@ -63,6 +63,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let telemetry = match logging::init(
         cli.global.log,
+        cli.global.log_format,
         cli.global.otlp.as_deref(),
         &format!("pelican-{}", cli.command.name()),
     ) {

@@ -1,13 +1,19 @@
-//! `pelican worker --metrics ADDR`: the library's metrics in Prometheus text format, served
-//! by a tiny HTTP responder on a loopback address (any path, GET only, one response per
-//! connection).
+//! `pelican worker --metrics ADDR`: the library's metrics in Prometheus text format at
+//! `GET /metrics`, served with axum (the HTTP stack the dashboard uses) on any address:
+//! loopback for a local Prometheus, the pod's address (or 0.0.0.0) where Prometheus
+//! scrapes pods. The page holds counters and histograms labelled with the queue's name,
+//! no request bodies or ids, and asks for no credentials: bind it where only the scraper
+//! can reach it.
 
 use crate::exit::{CliError, CliResult};
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+use axum::http::header::CONTENT_TYPE;
+use axum::http::StatusCode;
+use axum::routing::get;
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusBuilder;
 use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 
 /// Histogram buckets for the `*_seconds` metrics: 1 ms to 5 minutes.
 const BUCKETS: &[f64] = &[
@@ -15,33 +21,16 @@ const BUCKETS: &[f64] = &[
 ];
 /// How often histograms are compacted.
 const UPKEEP_INTERVAL: Duration = Duration::from_secs(5);
-/// Longest request head accepted.
-const MAX_REQUEST: usize = 8 * 1024;
-/// How long a client may take to send its request.
-const READ_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// Refuses anything but a loopback address (exit 2): metrics are not for the network.
-pub fn check_addr(addr: SocketAddr) -> CliResult {
-    if addr.ip().is_loopback() {
-        Ok(())
-    } else {
-        Err(CliError::usage(format!(
-            "refusing to serve metrics on {addr}: only loopback addresses are allowed \
-             (e.g. --metrics 127.0.0.1:{} or [::1]:{}); put a reverse proxy in front to \
-             expose them",
-            addr.port(),
-            addr.port()
-        )))
-    }
-}
+/// Prometheus' text exposition format.
+const TEXT_FORMAT: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// Installs the Prometheus recorder and serves it on `addr` in the background. Returns
 /// the address actually bound (port 0 picks a free one).
 pub async fn serve(addr: SocketAddr) -> CliResult<SocketAddr> {
-    check_addr(addr)?;
     let listener = TcpListener::bind(addr).await.map_err(|e| {
         CliError::failure(format!(
-            "cannot serve metrics on {addr}: {e}; choose another port with --metrics"
+            "cannot serve metrics on {addr}: {e}; choose another address or port with \
+             --metrics"
         ))
     })?;
     let bound = listener
@@ -59,71 +48,17 @@ pub async fn serve(addr: SocketAddr) -> CliResult<SocketAddr> {
             upkeep.run_upkeep();
         }
     });
+    let app = Router::new()
+        .route(
+            "/metrics",
+            get(move || async move { ([(CONTENT_TYPE, TEXT_FORMAT)], handle.render()) }),
+        )
+        .fallback(|| async { (StatusCode::NOT_FOUND, "the metrics are at /metrics\n") });
+    // Ends with the runtime, when the worker exits.
     tokio::spawn(async move {
-        loop {
-            match listener.accept().await {
-                Ok((stream, _)) => {
-                    let handle = handle.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = respond(stream, &handle).await {
-                            tracing::debug!(error = %e, "metrics request failed");
-                        }
-                    });
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics listener: accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-            }
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::warn!(error = %e, "the metrics listener stopped");
         }
     });
     Ok(bound)
-}
-
-async fn respond(mut stream: TcpStream, handle: &PrometheusHandle) -> std::io::Result<()> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 1024];
-    let read_head = async {
-        while !buf.windows(4).any(|w| w == b"\r\n\r\n") && buf.len() < MAX_REQUEST {
-            let n = stream.read(&mut chunk).await?;
-            if n == 0 {
-                break;
-            }
-            buf.extend_from_slice(&chunk[..n]);
-        }
-        Ok::<_, std::io::Error>(())
-    };
-    if tokio::time::timeout(READ_TIMEOUT, read_head).await.is_err() {
-        return Ok(());
-    }
-    let (status, body) = if buf.starts_with(b"GET ") || buf.starts_with(b"HEAD ") {
-        ("200 OK", handle.render())
-    } else {
-        ("405 Method Not Allowed", "use GET\n".to_string())
-    };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes()).await?;
-    if !buf.starts_with(b"HEAD ") {
-        stream.write_all(body.as_bytes()).await?;
-    }
-    stream.shutdown().await
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn only_loopback_is_allowed() {
-        for ok in ["127.0.0.1:9464", "[::1]:9464", "127.1.2.3:1"] {
-            assert!(super::check_addr(ok.parse().unwrap()).is_ok(), "{ok}");
-        }
-        for bad in ["0.0.0.0:9464", "[::]:9464", "10.0.0.1:9464"] {
-            let e = super::check_addr(bad.parse().unwrap()).unwrap_err();
-            assert_eq!(e.code, crate::exit::USAGE);
-            assert!(e.message.contains("loopback"), "{e}");
-        }
-    }
 }

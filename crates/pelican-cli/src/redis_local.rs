@@ -114,7 +114,7 @@ pub fn how_to_get_redis(url: &str, why: &Unreachable) -> CliError {
     };
     CliError::failure(format!(
         "cannot reach Redis at {} ({cause}), and redis-server is not on PATH, so the demo \
-         cannot start a throwaway one. Install Redis 6.2 or newer (Debian/Ubuntu: \
+         cannot start a throwaway one. Install Redis 7.0 or newer (Debian/Ubuntu: \
          `sudo apt-get install redis-server`; macOS: `brew install redis`) or run one with \
          `docker run -p 6379:6379 redis:7`, then run `pelican demo` again (or pass --redis URL)",
         redacted_url(url)

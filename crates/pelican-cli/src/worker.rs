@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, UNIX_EPOCH};
 use tokio::signal::unix::{signal, SignalKind};
-use tracing::Instrument;
+use tracing::{Instrument, Level};
 
 /// Runs the worker.
 pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
@@ -30,9 +30,6 @@ pub async fn run(g: &Global, args: &WorkerArgs) -> CliResult {
     } else {
         None
     };
-    if let Some(addr) = args.metrics {
-        crate::metrics_http::check_addr(addr)?;
-    }
     let queue = g.connectable().await?;
     let kind = match args.codec {
         BodyCodec::Json => BodyKind::Json,
@@ -160,33 +157,37 @@ where
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        eprintln!(
+        crate::logging::say(
+            Level::INFO,
             "pelican worker: stopping: finishing the requests in hand (send the signal again \
-             to exit at once)"
+             to exit at once)",
         );
         stop.stop();
         tokio::select! {
             _ = term.recv() => {}
             _ = int.recv() => {}
         }
-        eprintln!(
+        crate::logging::say(
+            Level::WARN,
             "pelican worker: second signal: exiting now; the requests in hand are taken over \
-             by other workers after claim_idle"
+             by other workers after claim_idle",
         );
         std::process::exit(crate::exit::FAILURE.into());
     });
-    eprintln!(
-        "pelican worker: serving queue {:?} on {} as consumer {} ({shown}, concurrency {}, \
-         claim idle {} ms, max deliveries {}){}; stop with Ctrl-C",
-        g.queue,
-        g.redis.redacted(),
-        out.consumer,
-        args.concurrency,
-        args.claim_idle,
-        args.max_deliveries,
-        metrics_addr
-            .map(|a| format!(", metrics on http://{a}/metrics"))
-            .unwrap_or_default(),
+    crate::logging::say(
+        Level::INFO,
+        &format!(
+            "pelican worker: serving queue {:?} on {} as consumer {} ({shown}, concurrency {}, claim idle {} ms, max deliveries {}){}; stop with Ctrl-C",
+            g.queue,
+            g.redis.redacted(),
+            out.consumer,
+            args.concurrency,
+            args.claim_idle,
+            args.max_deliveries,
+            metrics_addr
+                .map(|a| format!(", metrics on http://{a}/metrics"))
+                .unwrap_or_default(),
+        ),
     );
     out.event(json!({"event": "ready", "consumer": out.consumer, "pid": std::process::id()}));
     let handle = Arc::new(handle);
@@ -213,7 +214,10 @@ where
     };
     served.await.map_err(|e| g.error(&e))?;
     let handled = out.handled.load(Ordering::Relaxed);
-    eprintln!("pelican worker: stopped after handling {handled} requests");
+    crate::logging::say(
+        Level::INFO,
+        &format!("pelican worker: stopped after handling {handled} requests"),
+    );
     out.event(json!({"event": "stopped", "consumer": out.consumer, "handled": handled}));
     Ok(())
 }

@@ -1,14 +1,11 @@
 //! Process, port and temporary-directory plumbing shared by the server types.
 
-use std::collections::hash_map::RandomState;
 use std::collections::HashSet;
 use std::fs;
-use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{mpsc, Mutex, MutexGuard, OnceLock};
 
 /// Locks a mutex, ignoring poisoning: a panicking test must not break the
@@ -17,13 +14,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// A fresh random number (std's `RandomState` is randomly keyed per process and
-/// changes keys on every construction).
+/// A fresh random number, from the OS.
 pub(crate) fn random_u64() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.finish()
+    getrandom::u64().expect("the OS's random number generator")
 }
 
 /// Lowest and highest port a server may get. The highest is well below

@@ -78,9 +78,10 @@
 
 #![warn(missing_docs)]
 
-/// The README's example, compiled as a doc test.
+/// The crate README's examples (the repository README's too, which must match them:
+/// `tests/it/docs.rs`), compiled as doc tests.
 #[cfg(doctest)]
-#[doc = include_str!("../../../README.md")]
+#[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
 
 pub mod admin;

@@ -102,7 +102,6 @@ fn usage_errors_exit_2() {
         (&["call", "--timeout", "0", "{}"], "--timeout"),
         (&["worker", "--handler", "explode"], "unknown handler"),
         (&["worker", "--handler", "sleep:soon"], "sleep:MS"),
-        (&["worker", "--metrics", "0.0.0.0:9464"], "loopback"),
         (&["worker", "--metrics", "not-an-address"], "--metrics"),
         (&["dead", "requeue"], "ID"),
         (&["dead", "requeue", "--all", "1-0"], "cannot be used with"),

@@ -11,6 +11,7 @@ mod demo;
 mod exit_codes;
 mod external;
 mod inspect;
+mod logs;
 mod metrics;
 mod nitro;
 mod round_trip;

@@ -21,7 +21,6 @@ pub use consumer::{Message, NitroConsumer};
 pub use producer::{Answer, NitroProducer};
 
 use redis::Value;
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 /// Nitro's `response-entry-timeout` default, as `SET ... EX`.
@@ -58,16 +57,7 @@ pub fn decrement_id(id: &str) -> String {
 /// A version-4 UUID string, as `uuid.NewString()` makes Nitro's consumer names.
 pub fn uuid_v4() -> String {
     let mut b = [0u8; 16];
-    for chunk in b.chunks_mut(8) {
-        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0),
-        );
-        chunk.copy_from_slice(&h.finish().to_le_bytes());
-    }
+    getrandom::fill(&mut b).expect("the OS's random number generator");
     b[6] = (b[6] & 0x0f) | 0x40;
     b[8] = (b[8] & 0x3f) | 0x80;
     let hex: String = b.iter().map(|x| format!("{x:02x}")).collect();

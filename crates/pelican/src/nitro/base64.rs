@@ -1,74 +1,20 @@
-//! Standard base64 (RFC 4648, with padding), as Go's `encoding/json` writes `[]byte`:
-//! a few dozen lines instead of a dependency. Decoding is strict: wrong characters,
-//! wrong padding or stray bits are errors, not silently accepted.
+//! Standard base64 (RFC 4648, with padding), as Go's `encoding/json` writes `[]byte`, by
+//! the `base64` crate. Decoding is strict, as Go's is: wrong characters, wrong padding or
+//! stray bits are errors, not silently accepted.
 
-const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+use ::base64::engine::general_purpose::STANDARD;
+use ::base64::Engine as _;
 
 /// Encodes `bytes`.
 pub fn encode(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    STANDARD.encode(bytes)
 }
 
 /// Decodes standard base64 with padding.
 pub fn decode(text: &str) -> Result<Vec<u8>, String> {
-    let s = text.as_bytes();
-    if !s.len().is_multiple_of(4) {
-        return Err(format!("base64 length {} is not a multiple of 4", s.len()));
-    }
-    let mut out = Vec::with_capacity(s.len() / 4 * 3);
-    let groups = s.len() / 4;
-    for (g, chunk) in s.chunks(4).enumerate() {
-        let last = g + 1 == groups;
-        let pad = chunk.iter().rev().take_while(|&&c| c == b'=').count();
-        if pad > 2 || (pad > 0 && !last) {
-            return Err("misplaced base64 padding".into());
-        }
-        let mut n = 0u32;
-        for (i, &c) in chunk.iter().enumerate() {
-            let v = if i >= 4 - pad {
-                0
-            } else {
-                value(c).ok_or_else(|| format!("invalid base64 character {:?}", c as char))?
-            };
-            n = (n << 6) | u32::from(v);
-        }
-        let bytes = [(n >> 16) as u8, (n >> 8) as u8, n as u8];
-        let keep = 3 - pad;
-        // The bits below the last kept byte must be zero (canonical encoding, as Go's
-        // decoder demands).
-        if bytes[keep..].iter().any(|&b| b != 0) {
-            return Err("non-canonical base64 (stray bits before the padding)".into());
-        }
-        out.extend_from_slice(&bytes[..keep]);
-    }
-    Ok(out)
-}
-
-fn value(c: u8) -> Option<u8> {
-    match c {
-        b'A'..=b'Z' => Some(c - b'A'),
-        b'a'..=b'z' => Some(c - b'a' + 26),
-        b'0'..=b'9' => Some(c - b'0' + 52),
-        b'+' => Some(62),
-        b'/' => Some(63),
-        _ => None,
-    }
+    STANDARD
+        .decode(text)
+        .map_err(|e| format!("bad base64: {e}"))
 }
 
 /// Serde helpers for `Vec<u8>` fields written as Go writes `[]byte`: `#[serde(with =

@@ -15,7 +15,7 @@
 //! - [`validation`]: Nitro's validation request and response as Go writes them.
 //!
 //! Needs one Redis server (Nitro's keys carry no hash tag, so the atomic answer cannot
-//! span a cluster's slots), 6.2 or newer.
+//! span a cluster's slots), 7.0 or newer, as the rest of pelican.
 //!
 //! Layout: `config.rs`, `keys.rs`, `scripts.rs` (`lua/nitro_*.lua`), `link.rs` (the
 //! connection a consumer, producer or stats share), `consumer/`, `producer/`,

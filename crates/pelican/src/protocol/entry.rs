@@ -456,18 +456,19 @@ mod tests {
     }
 
     /// The names a stream read hands out as static are the entry's fields, the trace
-    /// context's included.
+    /// context's included (that docs/PROTOCOL.md names each: `tests/it/docs.rs`).
     #[test]
     fn the_static_field_names_are_the_entry_fields() {
         assert!(FIELD_NAMES.contains(&crate::trace::FIELD.as_bytes()));
-        let doc = include_str!("../../../../docs/PROTOCOL.md");
-        for name in FIELD_NAMES {
-            let row = format!("| `{}` |", std::str::from_utf8(name).unwrap());
-            assert!(
-                doc.contains(&row),
-                "{row} in docs/PROTOCOL.md's entry fields"
-            );
-        }
+        let names: Vec<&str> = FIELD_NAMES
+            .iter()
+            .map(|n| std::str::from_utf8(n).unwrap())
+            .collect();
+        assert_eq!(
+            names,
+            ["head", "rid", "from", "deadline", "at", "index", "body", "tp", "bref"],
+            "a new field: name it in docs/PROTOCOL.md and in tests/it/docs.rs"
+        );
     }
 
     /// Times in entries are plain decimal digits: anything else is not a time.

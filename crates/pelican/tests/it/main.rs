@@ -18,9 +18,12 @@
 //! - `sweep`: the producer's sweep of requests without dedup: the lost submitted again.
 //! - `trace`: the entry's trace context field `tp`.
 //! - `wake`: released work taken again at once, a stop at once, whatever `block` is.
+//! - `docs`: the repository's documents agree with the package (README examples, entry
+//!   fields in docs/PROTOCOL.md, licence copies).
 
 mod cluster;
 mod common;
+mod docs;
 mod failover;
 mod faults;
 mod foreign;
