@@ -3,7 +3,8 @@
 //! runs one subcommand and maps its outcome to an exit code (see `exit`).
 //!
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
-//! `dead`, `inspect`, `bench`, `nitro`; `dashboard/`: the web dashboard), and their
+//! `dead`, `inspect`, `bench`, `nitro`; `dashboard/`: the web dashboard; `http/`: what
+//! the HTTP surfaces share: errors, security policy, strict parsing), and their
 //! helpers: `handlers` (the worker's built-in handlers), `pool` (the demo's worker
 //! processes), `summary` (the demo's table), `redis_local` (reachability, throwaway
 //! redis-server), `redis_url` (a URL whose Debug hides the password), `logging` (stderr
@@ -38,6 +39,7 @@ mod demo;
 mod exit;
 mod fmt;
 mod handlers;
+mod http;
 mod inspect;
 mod logging;
 mod malloc;

@@ -4,6 +4,7 @@
 mod api;
 mod browser;
 mod cdp;
+mod hostile;
 mod http;
 
 use crate::support::{Env, Proc};
