@@ -17,6 +17,7 @@
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 //! - `sweep`: the producer's sweep of requests without dedup: the lost submitted again.
 //! - `trace`: the entry's trace context field `tp`.
+//! - `per_call`: options of one call, detached tickets, watching a request by its id.
 
 mod cluster;
 mod common;
@@ -30,6 +31,7 @@ mod layout;
 mod lease;
 mod matrix;
 mod nitro;
+mod per_call;
 mod processes;
 mod read_ahead;
 mod refusals;
