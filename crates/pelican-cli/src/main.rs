@@ -3,7 +3,8 @@
 //! runs one subcommand and maps its outcome to an exit code (see `exit`).
 //!
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
-//! `dead`, `inspect`, `bench`, `nitro`; `dashboard/`: the web dashboard; `http/`: what
+//! `dead`, `inspect`, `bench`, `nitro`; `dashboard/`: the web dashboard; `gateway/`: the
+//! HTTP gateway for callers in any language; `http/`: what
 //! the HTTP surfaces share: errors, security policy, strict parsing), and their
 //! helpers: `handlers` (the worker's built-in handlers), `pool` (the demo's worker
 //! processes), `summary` (the demo's table), `redis_local` (reachability, throwaway
@@ -38,6 +39,7 @@ mod dead;
 mod demo;
 mod exit;
 mod fmt;
+mod gateway;
 mod handlers;
 mod http;
 mod inspect;
@@ -91,6 +93,7 @@ fn main() -> ExitCode {
             Command::Bench(a) => bench::run(g, a).await,
             Command::Dashboard(a) => dashboard::run(g, a).await,
             Command::Nitro(a) => nitro::run(g, a).await,
+            Command::Gateway(a) => gateway::run(g, a).await,
         }
     });
     // Background tasks (reply readers, the metrics listener) must not hold up the exit.

@@ -37,7 +37,6 @@ pub enum Kind {
     /// 503: Redis cannot be reached (down, restarting, loading its data).
     Unavailable,
     /// 503: too many calls in flight here; try again shortly.
-    #[allow(dead_code)] // the gateway's (next)
     Overloaded,
     /// 503: the process is stopping, or the request was withdrawn as it stopped.
     ShuttingDown,

@@ -14,7 +14,7 @@ const MAX_MESSAGE: usize = 4096;
 
 /// A middleware (`axum::middleware::from_fn`): an error answer that is neither JSON nor
 /// an HTML page becomes `{"error": {"kind", "message"}}`, its kind from its status, its
-/// message from its text (or, for 405, from its `Allow` header).
+/// message from its text.
 pub async fn json_errors(req: Request, next: Next) -> Response {
     let method = req.method().clone();
     let res = next.run(req).await;
@@ -37,13 +37,11 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         .unwrap_or_default();
     let kind = Kind::of_status(status);
     let message = match kind {
+        // axum adds the `Allow` header after every layer of a route.
         Kind::MethodNotAllowed => {
-            let allow = parts
-                .headers
-                .get(header::ALLOW)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("");
-            format!("{method} is not served here; this route takes {allow}")
+            format!(
+                "{method} is not served on this route; its Allow header names the methods it takes"
+            )
         }
         Kind::NotFound if text.is_empty() => "no such route".to_string(),
         _ if text.is_empty() => status.canonical_reason().unwrap_or("refused").to_string(),
@@ -53,8 +51,8 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     // The status stays the stack's (a 408 is a 408), the headers too (Allow).
     *out.status_mut() = status;
     for (name, value) in parts.headers.iter() {
-        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
-            out.headers_mut().insert(name.clone(), value.clone());
+        if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH && !value.is_empty() {
+            out.headers_mut().append(name.clone(), value.clone());
         }
     }
     if method == Method::HEAD {
@@ -68,7 +66,6 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
 }
 
 /// A router's fallback: no such route.
-#[allow(dead_code)] // the gateway's (next)
 pub async fn no_route() -> ApiError {
     ApiError::new(Kind::NotFound, "no such route")
 }

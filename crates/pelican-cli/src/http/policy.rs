@@ -124,7 +124,6 @@ impl Policy {
 
     /// Every request needs the token, on loopback too (when one is set).
     #[must_use]
-    #[allow(dead_code)] // the gateway's (next)
     pub fn token_for_everything(mut self) -> Policy {
         self.everything = self.token.is_some();
         self
@@ -138,12 +137,6 @@ impl Policy {
             live: Mutex::new(Vec::new()),
         });
         self
-    }
-
-    /// The token, if one is set.
-    #[allow(dead_code)] // the gateway's (next)
-    pub fn token(&self) -> Option<&str> {
-        self.token.as_deref()
     }
 
     /// Every request: the Host check on loopback, then the credentials if every request
