@@ -199,7 +199,7 @@ fn every_error_is_json_of_one_shape() {
         a.header("allow").is_some_and(|v| v.contains("GET")),
         "{a:?}"
     );
-    assert!(error_of(&a).1.contains("POST"), "{a:?}");
+    assert!(error_of(&a).1.contains("POST is not served"), "{a:?}");
 }
 
 /// The Host header is read whole: what follows the colon must be a port, and a request

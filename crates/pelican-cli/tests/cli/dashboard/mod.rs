@@ -5,7 +5,7 @@ mod api;
 mod browser;
 mod cdp;
 mod hostile;
-mod http;
+pub mod http;
 
 use crate::support::{Env, Proc};
 use pelican_testkit::{eventually_sync, free_port};
