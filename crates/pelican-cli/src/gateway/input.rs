@@ -4,7 +4,7 @@
 //! is a 400 that says what was expected.
 
 use crate::http::{parse, ApiError, Kind};
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{header, HeaderMap};
 use std::time::Duration;
 
@@ -67,7 +67,7 @@ pub async fn read_body(
     body: Body,
     kind: BodyType,
     max: usize,
-) -> Result<Vec<u8>, ApiError> {
+) -> Result<Bytes, ApiError> {
     let too_large = |n: &dyn std::fmt::Display| {
         ApiError::new(
             Kind::TooLarge,
@@ -97,8 +97,8 @@ pub async fn read_body(
         }
     })?;
     match kind {
-        BodyType::Bytes => Ok(Vec::from(bytes)),
-        BodyType::Json => compact_json(&bytes),
+        BodyType::Bytes => Ok(bytes),
+        BodyType::Json => compact_json(bytes),
     }
 }
 
@@ -107,8 +107,8 @@ pub async fn read_body(
 /// producer's body is `serde_json::to_vec` of its value, which has no such whitespace:
 /// so the same value sent by an HTTP caller and a Rust producer (keys in the struct's
 /// order) is one request, and dedup joins them.
-pub fn compact_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
-    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+pub fn compact_json(body: Bytes) -> Result<Bytes, ApiError> {
+    if let Err(e) = serde_json::from_slice::<serde::de::IgnoredAny>(&body) {
         return Err(ApiError::new(
             Kind::BadRequest,
             format!(
@@ -117,9 +117,14 @@ pub fn compact_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
             ),
         ));
     }
+    // Most programs send JSON without such whitespace: then it goes on as it came.
+    let Some(first) = first_space(&body) else {
+        return Ok(body);
+    };
     let mut out = Vec::with_capacity(body.len());
+    out.extend_from_slice(&body[..first]);
     let (mut in_string, mut escaped) = (false, false);
-    for &b in body {
+    for &b in &body[first..] {
         if in_string {
             out.push(b);
             if escaped {
@@ -136,7 +141,28 @@ pub fn compact_json(body: &[u8]) -> Result<Vec<u8>, ApiError> {
             out.push(b);
         }
     }
-    Ok(out)
+    Ok(Bytes::from(out))
+}
+
+/// Where the first whitespace between the tokens of valid JSON `body` is, if any.
+fn first_space(body: &[u8]) -> Option<usize> {
+    let (mut in_string, mut escaped) = (false, false);
+    for (i, &b) in body.iter().enumerate() {
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+        } else if matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
+            return Some(i);
+        } else if b == b'"' {
+            in_string = true;
+        }
+    }
+    None
 }
 
 /// A request id of the caller's choosing, from `Idempotency-Key` (checked by the
@@ -235,7 +261,14 @@ mod tests {
 
     #[test]
     fn json_is_checked_and_compacted_as_sent() {
-        let c = |s: &str| String::from_utf8(compact_json(s.as_bytes()).unwrap()).unwrap();
+        let c = |s: &str| {
+            String::from_utf8(
+                compact_json(Bytes::copy_from_slice(s.as_bytes()))
+                    .unwrap()
+                    .to_vec(),
+            )
+            .unwrap()
+        };
         assert_eq!(
             c(" { \"n\" : 12 ,\n \"s\": \"a b\\\" c\" } "),
             r#"{"n":12,"s":"a b\" c"}"#
@@ -247,7 +280,7 @@ mod tests {
             "123456789012345678901234567890"
         );
         for bad in ["", "{", "{} {}", "nope", "{\"a\":1,}", "\u{feff}{}"] {
-            let e = compact_json(bad.as_bytes()).unwrap_err();
+            let e = compact_json(Bytes::copy_from_slice(bad.as_bytes())).unwrap_err();
             assert_eq!(e.kind, Kind::BadRequest, "{bad:?}");
         }
     }

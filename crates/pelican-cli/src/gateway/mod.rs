@@ -57,16 +57,9 @@ pub async fn run(g: &Global, a: &GatewayArgs) -> CliResult {
         )));
     }
     let max_timeout = Duration::from_millis(a.max_timeout);
-    let queues = Queues::new(g, a.queues.clone(), max_timeout);
-    for q in &a.queues {
-        queues
-            .config(q)
-            .map_err(|e| CliError::usage(format!("--queues: {}", e.message)))?;
-    }
-    // Settings and URL checked before anything listens.
-    queues
-        .config("gateway-check")
-        .map_err(|e| CliError::usage(e.message))?;
+    // Settings, URL and the names of --queues checked before anything listens.
+    let queues = Queues::new(g, a.queues.clone(), max_timeout)
+        .map_err(|e| CliError::usage(format!("--queues or a queue setting: {}", e.message)))?;
     let listener = tokio::net::TcpListener::bind(a.listen).await.map_err(|e| {
         CliError::failure(format!(
             "cannot listen on {}: {e}; choose another address with --listen",

@@ -21,7 +21,7 @@ const RETRY_CONNECT_AFTER: Duration = Duration::from_secs(1);
 
 /// A queue's producer, once connected.
 #[derive(Default)]
-struct Slot {
+pub struct Slot {
     producer: OnceCell<GatewayProducer>,
     /// The last failed attempt to connect, and its error.
     failed: Mutex<Option<(Instant, ApiError)>>,
@@ -33,22 +33,41 @@ pub struct Queues {
     /// Only these, when not empty.
     allowed: Vec<String>,
     max_timeout: Duration,
+    /// The queues' `max_body_bytes` (a queue setting of the command line: the same for
+    /// every queue).
+    max_body_bytes: usize,
     slots: RwLock<HashMap<String, Arc<Slot>>>,
 }
 
 impl Queues {
     /// Queues on `global`'s Redis, with its queue settings; `allowed` empty: any queue.
-    pub fn new(global: &Global, allowed: Vec<String>, max_timeout: Duration) -> Queues {
-        Queues {
+    /// Checks the settings and the names in `allowed`.
+    pub fn new(
+        global: &Global,
+        allowed: Vec<String>,
+        max_timeout: Duration,
+    ) -> Result<Queues, ApiError> {
+        let mut queues = Queues {
             global: global.clone(),
             allowed,
             max_timeout,
+            max_body_bytes: 0,
             slots: RwLock::new(HashMap::new()),
+        };
+        for q in &queues.allowed {
+            queues.config(q)?;
         }
+        queues.max_body_bytes = queues.config("gateway-check")?.max_body_bytes;
+        Ok(queues)
+    }
+
+    /// Largest body a call may bring.
+    pub fn max_body_bytes(&self) -> usize {
+        self.max_body_bytes
     }
 
     /// The queue's configuration: 400 for a name that cannot be a queue's.
-    pub fn config(&self, name: &str) -> Result<pelican::QueueConfig, ApiError> {
+    fn config(&self, name: &str) -> Result<pelican::QueueConfig, ApiError> {
         pelican::QueueConfig::new(self.global.redis.as_str(), name)
             .validate()
             .map_err(|e| {
@@ -63,22 +82,25 @@ impl Queues {
             .map_err(|e| ApiError::new(Kind::BadRequest, e.message))
     }
 
-    /// The producer of queue `name`, connected on first use: 400 for a bad name, 404 for
-    /// a queue this gateway does not serve, 503 while Redis cannot be reached.
-    pub async fn producer(&self, name: &str) -> Result<GatewayProducer, ApiError> {
-        let known = self.slots.read().expect("slots lock").get(name).cloned();
-        let slot = match known {
-            Some(slot) => slot,
-            None => {
-                self.check(name)?;
-                self.slots
-                    .write()
-                    .expect("slots lock")
-                    .entry(name.to_string())
-                    .or_default()
-                    .clone()
-            }
-        };
+    /// Queue `name`'s slot: 400 for a bad name, 404 for a queue this gateway does not
+    /// serve. The name is checked once, when its slot is made.
+    pub fn slot(&self, name: &str) -> Result<Arc<Slot>, ApiError> {
+        if let Some(slot) = self.slots.read().expect("slots lock").get(name) {
+            return Ok(slot.clone());
+        }
+        self.check(name)?;
+        Ok(self
+            .slots
+            .write()
+            .expect("slots lock")
+            .entry(name.to_string())
+            .or_default()
+            .clone())
+    }
+
+    /// The producer of queue `name` (its `slot`), connected on first use: 503 while
+    /// Redis cannot be reached.
+    pub async fn producer(&self, name: &str, slot: &Slot) -> Result<GatewayProducer, ApiError> {
         if let Some(p) = slot.producer.get() {
             return Ok(p.clone());
         }
@@ -94,18 +116,15 @@ impl Queues {
                 // Every call brings its own timeout (CallOptions); the producer's is the
                 // longest one allowed.
                 let config = ProducerConfig::default().with_request_timeout(self.max_timeout);
-                Producer::connect(queue, config).await.map_err(|e| {
+                let p = Producer::connect(queue, config).await.map_err(|e| {
                     let e = ApiError::from(&e);
                     *slot.failed.lock().expect("slot lock") = Some((Instant::now(), e.clone()));
                     e
-                })
+                })?;
+                tracing::info!(queue = name, producer = p.id(), "gateway: serving a queue");
+                Ok::<_, ApiError>(p)
             })
             .await?;
-        tracing::info!(
-            queue = name,
-            producer = made.id(),
-            "gateway: serving a queue"
-        );
         Ok(made.clone())
     }
 

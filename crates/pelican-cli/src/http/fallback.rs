@@ -64,8 +64,3 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
     );
     out
 }
-
-/// A router's fallback: no such route.
-pub async fn no_route() -> ApiError {
-    ApiError::new(Kind::NotFound, "no such route")
-}
