@@ -209,6 +209,11 @@ pub struct GatewayArgs {
     /// waits for them).
     #[arg(long, default_value_t = 30_000, value_name = "MS")]
     pub shutdown_timeout: u64,
+    /// Threads serving HTTP. One thread serves tens of thousands of calls a second and
+    /// spends the least CPU per call; more threads use more cores but spend more per call
+    /// (tasks woken across threads).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub threads: u64,
 }
 
 /// `pelican inspect`.
@@ -387,6 +392,11 @@ pub struct BenchArgs {
     /// Run as the bench's worker process (started by `pelican bench` itself).
     #[arg(long, hide = true)]
     pub serve_worker: bool,
+    /// Send the requests through a `pelican gateway` (started by the bench) over HTTP
+    /// instead of a producer in this process: one keep-alive connection per lane
+    /// (--inflight connections), JSON bodies, dedup on.
+    #[arg(long, conflicts_with = "no_dedup")]
+    pub via_gateway: bool,
 }
 
 impl BenchArgs {
