@@ -398,6 +398,8 @@ impl Bench<'_> {
             REQUEST_TIMEOUT.as_millis().to_string(),
             "--max-inflight".into(),
             "1000000".into(),
+            "--threads".into(),
+            self.args.gateway_threads.to_string(),
         ]);
         self.gateway = Some(Workers::start_with(exe, &args, 1, "stop with Ctrl-C").await?);
         Ok(addr)

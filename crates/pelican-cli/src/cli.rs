@@ -397,6 +397,9 @@ pub struct BenchArgs {
     /// (--inflight connections), JSON bodies, dedup on.
     #[arg(long, conflicts_with = "no_dedup")]
     pub via_gateway: bool,
+    /// With --via-gateway: the gateway's --threads.
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "via_gateway", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub gateway_threads: u64,
 }
 
 impl BenchArgs {

@@ -43,21 +43,35 @@ impl GatewayClient {
         }
     }
 
+    /// Opens connections until `n` are idle, before a phase: keep-alive clients are
+    /// connected already, and a burst of hundreds of connects in the measured window
+    /// measured the kernel's accept queue, not the gateway.
+    pub async fn open(&self, n: usize) -> Result<(), String> {
+        let have = self.idle.lock().expect("idle lock").len();
+        for _ in have..n {
+            let c = self.connect().await?;
+            self.idle.lock().expect("idle lock").push(c);
+        }
+        Ok(())
+    }
+
+    async fn connect(&self) -> Result<Conn, String> {
+        let stream = TcpStream::connect(&self.addr)
+            .await
+            .map_err(|e| format!("connecting to the gateway at {}: {e}", self.addr))?;
+        stream.set_nodelay(true).map_err(|e| e.to_string())?;
+        Ok(Conn {
+            stream,
+            buf: Vec::with_capacity(1024),
+        })
+    }
+
     /// Sends `body`; the answer's status and body.
     pub async fn call(&self, body: &[u8]) -> Result<(u16, Vec<u8>), String> {
         let idle = self.idle.lock().expect("idle lock").pop();
         let mut conn = match idle {
             Some(c) => c,
-            None => {
-                let stream = TcpStream::connect(&self.addr)
-                    .await
-                    .map_err(|e| format!("connecting to the gateway at {}: {e}", self.addr))?;
-                stream.set_nodelay(true).map_err(|e| e.to_string())?;
-                Conn {
-                    stream,
-                    buf: Vec::with_capacity(1024),
-                }
-            }
+            None => self.connect().await?,
         };
         let answer = conn.round_trip(&self.head, body).await?;
         self.idle.lock().expect("idle lock").push(conn);

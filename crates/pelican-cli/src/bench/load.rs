@@ -143,6 +143,13 @@ impl Load {
 
     /// Runs `n` requests with at most `inflight` outstanding; moves `bar` along.
     pub async fn closed_loop(self: &Arc<Self>, n: u64, inflight: u64, bar: &ProgressBar) -> Phase {
+        if let BenchProducer::Gateway(gw) = &self.producer {
+            // One connection per lane, open before the clock starts.
+            if let Err(e) = gw.open(inflight.clamp(1, n.max(1)) as usize).await {
+                eprintln!("pelican bench: {e}");
+                self.bad.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let lanes = Arc::new(Lanes {
             n,
             base: self.next_index.fetch_add(n, Ordering::Relaxed),

@@ -20,6 +20,7 @@ mod routes;
 use crate::cli::{GatewayArgs, Global};
 use crate::exit::{CliError, CliResult};
 use crate::http::{policy, Policy};
+use axum::serve::ListenerExt;
 use queues::Queues;
 use std::sync::Arc;
 use std::time::Duration;
@@ -93,6 +94,10 @@ pub async fn run(g: &Global, a: &GatewayArgs) -> CliResult {
     outln!("  stop with Ctrl-C");
     let stopping = Arc::new(Notify::new());
     let signalled = stopping.clone();
+    // Answers go out as they are written: no wait for the ACK of the previous one.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let server = axum::serve(listener, routes::router(gw.clone())).with_graceful_shutdown(async move {
         crate::process::interrupted().await;
         eprintln!("pelican gateway: stopping: no new connections; letting the calls in progress finish");

@@ -231,3 +231,37 @@ fn redis_unreachable_is_a_503() {
     let a = gw.call("never-named", "{}", &[]);
     expect(&a, 503, "unavailable");
 }
+
+/// Redis refusing a command (out of memory) is 500 `redis_refused`, not 503: Redis was
+/// reached. Once it takes writes again, so does the gateway.
+#[test]
+fn a_refusal_by_redis_is_a_500() {
+    let env = Env::new("gw-refused");
+    let _w = worker(&env, "echo", &[]);
+    let gw = Gateway::start(&env, &[]);
+    assert_eq!(gw.call(&env.queue, r#"{"before": 1}"#, &[]).status, 200);
+    let mut c = env.server.sync_connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(1)
+        .query(&mut c)
+        .unwrap();
+    let a = gw.call(&env.queue, r#"{"refused": 1}"#, &[]);
+    expect(&a, 500, "redis_refused");
+    assert!(
+        a.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("OOM"),
+        "{a:?}"
+    );
+    assert!(!a.body.contains("pelican_"), "no script names: {a:?}");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg(0)
+        .query(&mut c)
+        .unwrap();
+    assert_eq!(gw.call(&env.queue, r#"{"after": 1}"#, &[]).status, 200);
+}
