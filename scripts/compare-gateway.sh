@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The HTTP gateway against the library, on this machine, in one session.
+# The HTTP gateway against the library, on this machine, in one run.
 #
 #   scripts/compare-gateway.sh [N]       # N rounds, default 3
 #
