@@ -12,10 +12,14 @@
 //! run); CPU and memory from /proc. At the end the workers are stopped by pid and every
 //! key of the queue is deleted, and the run fails if any is left.
 //!
+//! With `--via-gateway` the requests go through a `pelican gateway` child process over
+//! HTTP instead (`gateway`: the client), to measure what HTTP adds to the library.
+//!
 //! Layout: `load` (the workload and the closed loop), `workers` (the child processes),
 //! `serve` (what a child runs), `server` (INFO, SCAN, the loopback rule), `sys` (/proc),
 //! `histogram` (latencies in constant memory), `report` (JSON line and table).
 
+mod gateway;
 mod histogram;
 mod load;
 mod report;
@@ -56,6 +60,11 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
     if let Some(n) = g.settings.max_body_bytes {
         queue = queue.with_max_body_bytes(n as usize);
     }
+    if args.via_gateway && args.codec != BenchCodec::Json {
+        return Err(CliError::usage(
+            "--via-gateway sends JSON: leave --codec at json",
+        ));
+    }
     if args.response_bytes > 0 && args.codec != BenchCodec::Raw {
         return Err(CliError::usage(
             "--response-bytes needs --codec raw (the structs workload answers {\"i\": N, \"ok\": true})",
@@ -75,6 +84,7 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
         args,
         queue,
         workers: None,
+        gateway: None,
         load: None,
         bar: progress_bar(g.json),
     };
@@ -145,6 +155,8 @@ struct Bench<'a> {
     args: &'a BenchArgs,
     queue: QueueConfig,
     workers: Option<Workers>,
+    /// The gateway process of `--via-gateway`.
+    gateway: Option<Workers>,
     load: Option<Arc<Load>>,
     bar: ProgressBar,
 }
@@ -183,6 +195,10 @@ impl Bench<'_> {
             "--response-bytes".into(),
             args.response_bytes.to_string(),
         ]);
+        let gateway_addr = match args.via_gateway {
+            true => Some(self.start_gateway(&exe).await?),
+            false => None,
+        };
         let workers = self
             .workers
             .insert(Workers::start(&exe, &worker_args, args.workers as usize).await?);
@@ -190,6 +206,10 @@ impl Bench<'_> {
             .with_dedup(!args.no_dedup)
             .with_request_timeout(REQUEST_TIMEOUT);
         let producer = match args.codec {
+            _ if args.via_gateway => {
+                let addr = gateway_addr.as_deref().expect("started above");
+                BenchProducer::Gateway(gateway::GatewayClient::new(addr, &self.queue.name))
+            }
             BenchCodec::Json => BenchProducer::Json(
                 Producer::connect(self.queue.clone(), config)
                     .await
@@ -213,9 +233,19 @@ impl Bench<'_> {
         ));
         self.load = Some(load.clone());
         let mut watched = vec![Watched {
-            role: "producer",
+            role: if args.via_gateway {
+                "client"
+            } else {
+                "producer"
+            },
             pid: Some(std::process::id()),
         }];
+        if let Some(gw) = &self.gateway {
+            watched.extend(gw.pids().into_iter().map(|pid| Watched {
+                role: "gateway",
+                pid: Some(pid),
+            }));
+        }
         watched.extend(workers.pids().into_iter().map(|pid| Watched {
             role: "worker",
             pid: Some(pid),
@@ -232,9 +262,21 @@ impl Bench<'_> {
             watched,
             json: g.json,
         };
+        let gateway_died = async {
+            match self.gateway.as_mut() {
+                Some(gw) => gw.died().await,
+                None => std::future::pending().await,
+            }
+        };
         let mut report = tokio::select! {
             r = phases.run(&mut servers) => r?,
             e = workers.died() => return Err(e),
+            e = gateway_died => return Err(e),
+        };
+        report.via = if args.via_gateway {
+            "gateway"
+        } else {
+            "library"
         };
         report.queue = self.queue.name.clone();
         report.partitions = self.queue.partitions;
@@ -275,6 +317,11 @@ impl Bench<'_> {
                     Ok(Err(e)) => problems.push(format!("stopping the producer: {e:#}")),
                     Err(_) => problems.push("stopping the producer timed out".into()),
                 }
+            }
+        }
+        if let Some(gateway) = self.gateway.take() {
+            for w in gateway.stop().await {
+                eprintln!("pelican bench: the gateway: {w}");
             }
         }
         if let Some(workers) = self.workers.take() {
@@ -319,6 +366,43 @@ impl Bench<'_> {
                 problems.join("; ")
             )))
         }
+    }
+}
+
+impl Bench<'_> {
+    /// Starts `pelican gateway` for the bench's queue on a free loopback port; its
+    /// address.
+    async fn start_gateway(&mut self, exe: &std::path::Path) -> CliResult<String> {
+        let g = self.g;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| {
+                CliError::failure(format!("cannot find a free port for the gateway: {e}"))
+            })?
+            .port();
+        let addr = format!("127.0.0.1:{port}");
+        let mut args: Vec<String> = vec!["--redis".into(), g.redis.as_str().to_string()];
+        args.extend((0..g.log).map(|_| "-v".to_string()));
+        if let Some(n) = g.settings.partitions {
+            args.extend(["--partitions".into(), n.to_string()]);
+        }
+        args.extend([
+            "--max-body-bytes".into(),
+            self.queue.max_body_bytes.to_string(),
+            "gateway".into(),
+            "--listen".into(),
+            addr.clone(),
+            "--queues".into(),
+            self.queue.name.clone(),
+            "--default-timeout".into(),
+            REQUEST_TIMEOUT.as_millis().to_string(),
+            "--max-inflight".into(),
+            "1000000".into(),
+            "--threads".into(),
+            self.args.gateway_threads.to_string(),
+        ]);
+        self.gateway = Some(Workers::start_with(exe, &args, 1, "stop with Ctrl-C").await?);
+        Ok(addr)
     }
 }
 

@@ -154,6 +154,12 @@ pub enum Command {
     /// producers write (`worker`), send a request as they do (`call`), look at a stream
     /// (`stats`). --queue is not used; --stream names the stream.
     Nitro(NitroArgs),
+    /// An HTTP gateway for callers in any language: `POST /v1/queues/{queue}/call` with
+    /// the request as the body answers with the response (dedup, recovery, dead letters
+    /// and deadlines as for any producer); `POST .../requests` and `GET
+    /// .../requests/{id}` for callers that cannot hold a connection. One producer per
+    /// queue, shared by every connection. --queue is not used.
+    Gateway(GatewayArgs),
 }
 
 impl Command {
@@ -169,6 +175,7 @@ impl Command {
             Command::Bench(_) => "bench",
             Command::Dashboard(_) => "dashboard",
             Command::Nitro(_) => "nitro",
+            Command::Gateway(_) => "gateway",
         }
     }
 }
@@ -190,6 +197,43 @@ pub struct DashboardArgs {
     /// Key prefix of the queues to show (the library's QueueConfig::prefix).
     #[arg(long, default_value = "pelican", value_name = "PREFIX")]
     pub prefix: String,
+}
+
+/// `pelican gateway`.
+#[derive(Debug, Clone, Args)]
+pub struct GatewayArgs {
+    /// Address to serve on. Loopback by default; any other address needs --token.
+    #[arg(long, default_value = "127.0.0.1:8090", value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// A token every request must carry as `Authorization: Bearer TOKEN` (at least 16
+    /// characters). Without it the gateway is open to whoever reaches its loopback port.
+    #[arg(long, env = "PELICAN_GATEWAY_TOKEN", value_name = "TOKEN")]
+    pub token: Option<String>,
+    /// The queues served, comma-separated (default: any queue a caller names).
+    #[arg(long, value_name = "A,B", value_delimiter = ',')]
+    pub queues: Vec<String>,
+    /// A call's timeout when it gives none (`Pelican-Timeout` header or `?timeout_ms=`), in
+    /// ms: how long the caller waits, and the request's deadline in the queue.
+    #[arg(long, default_value_t = 30_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub default_timeout: u64,
+    /// The longest timeout a call may ask for, in ms (longer ones are cut to it); also the
+    /// longest `wait_ms` of a result request.
+    #[arg(long, default_value_t = 300_000, value_name = "MS", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_timeout: u64,
+    /// Calls handled at once (waiting for their answer included); past it a call is
+    /// refused with 503 and Retry-After, never queued in memory.
+    #[arg(long, default_value_t = 10_000, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_inflight: u64,
+    /// On SIGINT/SIGTERM: how long calls in progress may take to finish, in ms, before
+    /// the gateway exits anyway (their requests are then withdrawn unless someone else
+    /// waits for them).
+    #[arg(long, default_value_t = 30_000, value_name = "MS")]
+    pub shutdown_timeout: u64,
+    /// Threads serving HTTP. One thread serves tens of thousands of calls a second and
+    /// spends the least CPU per call; more threads use more cores but spend more per call
+    /// (tasks woken across threads).
+    #[arg(long, default_value_t = 1, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub threads: u64,
 }
 
 /// `pelican inspect`.
@@ -419,6 +463,14 @@ pub struct BenchArgs {
     /// Run as the bench's worker process (started by `pelican bench` itself).
     #[arg(long, hide = true)]
     pub serve_worker: bool,
+    /// Send the requests through a `pelican gateway` (started by the bench) over HTTP
+    /// instead of a producer in this process: one keep-alive connection per lane
+    /// (--inflight connections), JSON bodies, dedup on.
+    #[arg(long, conflicts_with = "no_dedup")]
+    pub via_gateway: bool,
+    /// With --via-gateway: the gateway's --threads.
+    #[arg(long, default_value_t = 1, value_name = "N", requires = "via_gateway", value_parser = clap::value_parser!(u64).range(1..=256))]
+    pub gateway_threads: u64,
 }
 
 impl BenchArgs {

@@ -3,9 +3,11 @@
 //! runs one subcommand and maps its outcome to an exit code (see `exit`).
 //!
 //! Layout: `cli` (arguments), one file per subcommand (`demo`, `worker`, `call`, `stats`,
-//! `dead`, `inspect`, `bench`, `nitro`; `dashboard/`: the web dashboard), and their
-//! helpers: `handlers` (the worker's built-in handlers), `external` (handlers in any
-//! language: `--exec` child processes, `--http` endpoints), `pool` (the demo's worker
+//! `dead`, `inspect`, `bench`, `nitro`, `gateway/`: the HTTP gateway for callers in any
+//! language; `dashboard/`: the web dashboard), and their helpers: `http/` (what the HTTP
+//! surfaces share: errors, security policy, strict parsing), `handlers` (the worker's
+//! built-in handlers), `external` (handlers in any language: `--exec` child processes,
+//! `--http` endpoints), `pool` (the demo's worker
 //! processes), `summary` (the demo's table), `redis_local` (reachability, throwaway
 //! redis-server), `redis_url` (a URL whose Debug hides the password), `logging` (stderr
 //! logs and `--otlp` span export), `malloc` (the C allocator's settings), `metrics_http`,
@@ -39,7 +41,9 @@ mod demo;
 mod exit;
 mod external;
 mod fmt;
+mod gateway;
 mod handlers;
+mod http;
 mod inspect;
 mod logging;
 mod malloc;
@@ -71,9 +75,17 @@ fn main() -> ExitCode {
         Err(e) => return exit::finish(Err(e)),
     };
     // The bench's producer and worker processes share the cores with redis-server: a
-    // single-threaded runtime costs them ~25-30 % less CPU per request.
-    let mut builder = match cli.command {
+    // single-threaded runtime costs them ~25-30 % less CPU per request. The gateway's
+    // too, unless told otherwise (--threads): about a third less CPU per call than on
+    // two threads, for the same rate (docs/benchmarks/2026-12-06-gateway.md).
+    let mut builder = match &cli.command {
         Command::Bench(_) => tokio::runtime::Builder::new_current_thread(),
+        Command::Gateway(a) if a.threads == 1 => tokio::runtime::Builder::new_current_thread(),
+        Command::Gateway(a) => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(a.threads as usize);
+            b
+        }
         _ => tokio::runtime::Builder::new_multi_thread(),
     };
     let runtime = match builder.enable_all().build() {
@@ -92,6 +104,7 @@ fn main() -> ExitCode {
             Command::Bench(a) => bench::run(g, a).await,
             Command::Dashboard(a) => dashboard::run(g, a).await,
             Command::Nitro(a) => nitro::run(g, a).await,
+            Command::Gateway(a) => gateway::run(g, a).await,
         }
     });
     // Background tasks (reply readers, the metrics listener) must not hold up the exit.

@@ -35,8 +35,10 @@ for _, e in ipairs(pend) do
     local r = redis.call('XRANGE', stream, id, id)
     local flat = nil
     if r[1] then flat = r[1][2] end
+    local times = deliveries .. ' times'
+    if deliveries == 1 then times = 'once' end
     bury(q, { sid = id, fields = flat, deliveries = deliveries, consumer = owner,
-      reason = 'delivered ' .. deliveries .. ' times without an outcome (max_deliveries '
+      reason = 'delivered ' .. times .. ' without an outcome (max_deliveries '
         .. maxd .. '); last consumer ' .. owner })
     ndead = ndead + 1
   elseif deliveries == maxd - 1 and (not idle or solo ~= '' or #claim > 0) then

@@ -41,7 +41,8 @@
 //! - [`config`]: where a queue lives and how many partitions it has ([`QueueConfig`],
 //!   `mod.rs`), how producers and consumers behave ([`ProducerConfig`],
 //!   [`ConsumerConfig`], a file each).
-//! - `producer/`: [`Producer`] (`mod.rs`), [`Ticket`] (`ticket.rs`), the waiters table
+//! - `producer/`: [`Producer`] (`mod.rs`), [`Ticket`] (`ticket.rs`), [`CallOptions`]
+//!   (`options.rs`), waiting on a request by its id (`watch.rs`), the waiters table
 //!   (`pending.rs`), batched submissions (`submit.rs`), withdrawals (`cancel.rs`), the reply
 //!   reader (`replies.rs`), trimming, sweep and janitor (`maintenance.rs`).
 //! - `consumer/`: [`Consumer`] and `serve` (`mod.rs`), the reader (`reader.rs`), taking over
@@ -114,7 +115,7 @@ pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};
 pub use consumer::{Delivery, HandlerError, Job, LeaseLost};
 pub use error::{Error, ErrorKind, Result};
-pub use producer::{Producer, Submitted, Ticket};
+pub use producer::{CallOptions, Producer, Submitted, Ticket};
 pub use protocol::head::{EntryHead, HEAD_FIELD};
 pub use protocol::keys::Keys;
 pub use shared::JanitorReport;

@@ -43,6 +43,8 @@ pub enum BenchProducer {
     Raw(Producer<Bytes, Bytes, Raw>),
     /// `--codec postcard`.
     Postcard(Producer<BenchRequest, BenchResponse, Postcard>),
+    /// `--via-gateway`: HTTP calls to a `pelican gateway` (JSON).
+    Gateway(super::gateway::GatewayClient),
 }
 
 impl BenchProducer {
@@ -52,6 +54,8 @@ impl BenchProducer {
             BenchProducer::Json(p) => p.shutdown().await,
             BenchProducer::Raw(p) => p.shutdown().await,
             BenchProducer::Postcard(p) => p.shutdown().await,
+            // The gateway process is stopped with the workers.
+            BenchProducer::Gateway(_) => Ok(()),
         }
     }
 }
@@ -139,6 +143,13 @@ impl Load {
 
     /// Runs `n` requests with at most `inflight` outstanding; moves `bar` along.
     pub async fn closed_loop(self: &Arc<Self>, n: u64, inflight: u64, bar: &ProgressBar) -> Phase {
+        if let BenchProducer::Gateway(gw) = &self.producer {
+            // One connection per lane, open before the clock starts.
+            if let Err(e) = gw.open(inflight.clamp(1, n.max(1)) as usize).await {
+                eprintln!("pelican bench: {e}");
+                self.bad.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         let lanes = Arc::new(Lanes {
             n,
             base: self.next_index.fetch_add(n, Ordering::Relaxed),
@@ -205,6 +216,24 @@ impl Load {
                 let t0 = Instant::now();
                 let r = p.call(&req).await;
                 (structs(r), t0.elapsed())
+            }
+            BenchProducer::Gateway(gw) => {
+                let body = serde_json::to_vec(&req()).expect("a struct of a number and a string");
+                let t0 = Instant::now();
+                let r = gw.call(&body).await;
+                let took = t0.elapsed();
+                let r = match r {
+                    Ok((200, b)) => match serde_json::from_slice::<BenchResponse>(&b) {
+                        Ok(r) if r.i == i && r.ok => Ok(()),
+                        Ok(r) => Err(format!("wrong answer {r:?}")),
+                        Err(e) => Err(format!("an answer that is not one ({e})")),
+                    },
+                    Ok((status, b)) => {
+                        Err(format!("status {status}: {}", String::from_utf8_lossy(&b)))
+                    }
+                    Err(e) => Err(e),
+                };
+                (r, took)
             }
             BenchProducer::Raw(p) => {
                 // Filled, not copied from `data`: a fill only writes (a copy of 100 KB

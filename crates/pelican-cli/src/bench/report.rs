@@ -30,6 +30,9 @@ pub struct Report {
     pub response_bytes: u64,
     /// How bodies were encoded ("json" or "raw").
     pub codec: &'static str,
+    /// How requests were sent: "library" (a producer in the bench) or "gateway" (HTTP
+    /// to `pelican gateway`).
+    pub via: &'static str,
     /// The throughput phase.
     pub tp: Phase,
     /// The latency phase (one at a time).
@@ -159,6 +162,7 @@ impl Report {
             ("payload_bytes", json!(self.payload_bytes)),
             ("response_bytes", json!(self.response_bytes)),
             ("codec", json!(self.codec)),
+            ("via", json!(self.via)),
             ("answers_checked", json!(self.checked)),
             ("bad_answers", json!(0)),
             ("partitions", json!(self.partitions.max(1))),
@@ -245,7 +249,7 @@ impl Report {
             + "+\n";
         let mut out = format!(
             "pelican bench {}: dedup {}, {} worker process{} x concurrency {} (prefetch {}), \
-             payload {} bytes ({}), answer filler {} bytes, {} warm-up requests\n",
+             payload {} bytes ({}), answer filler {} bytes, {} warm-up requests{}\n",
             env!("CARGO_PKG_VERSION"),
             if self.dedup { "on" } else { "off" },
             self.workers,
@@ -256,6 +260,11 @@ impl Report {
             self.codec,
             self.response_bytes,
             self.warmup,
+            if self.via == "gateway" {
+                ", through pelican gateway (HTTP)"
+            } else {
+                ""
+            },
         );
         out.push_str(&rule);
         for (n, row) in rows.iter().enumerate() {

@@ -40,6 +40,17 @@ impl Workers {
     /// Starts `n` workers running `exe args...` and waits until each has printed its
     /// ready line (one deadline for all).
     pub async fn start(exe: &std::path::Path, args: &[String], n: usize) -> CliResult<Workers> {
+        Workers::start_with(exe, args, n, READY_LINE).await
+    }
+
+    /// [`Workers::start`] of processes that say they are ready with `ready` (a line that
+    /// starts with it): the gateway of `--via-gateway`.
+    pub async fn start_with(
+        exe: &std::path::Path,
+        args: &[String],
+        n: usize,
+        ready: &'static str,
+    ) -> CliResult<Workers> {
         let (death_tx, deaths) = mpsc::unbounded_channel();
         let mut workers = Workers {
             live: Vec::new(),
@@ -49,7 +60,7 @@ impl Workers {
         let deadline = Instant::now() + READY_TIMEOUT;
         let mut pending = Vec::new();
         for _ in 0..n {
-            pending.push(workers.spawn(exe, args)?);
+            pending.push(workers.spawn(exe, args, ready)?);
         }
         for (slot, ready) in pending.into_iter().enumerate() {
             let pid = workers.live[slot].pid;
@@ -89,6 +100,7 @@ impl Workers {
         &mut self,
         exe: &std::path::Path,
         args: &[String],
+        ready: &'static str,
     ) -> CliResult<oneshot::Receiver<()>> {
         let mut std_cmd = std::process::Command::new(exe);
         std_cmd
@@ -120,7 +132,7 @@ impl Workers {
             let status = loop {
                 tokio::select! {
                     line = lines.next_line(), if stdout_open => match line {
-                        Ok(Some(l)) if l.trim() == READY_LINE => {
+                        Ok(Some(l)) if l.trim().starts_with(ready) => {
                             if let Some(tx) = ready_tx.take() {
                                 let _ = tx.send(());
                             }

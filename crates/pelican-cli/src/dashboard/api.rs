@@ -1,63 +1,35 @@
 //! The JSON API under `/api/` that the page uses (documented in the README). Reads are
-//! GETs; mutations are POSTs, checked by [`super::auth::Policy::mutation`], and are not
-//! routed at all with `--read-only`. Every error is `{"error": "..."}` with a status
-//! that says whose fault it is: 400 bad input, 401/403 no token or foreign origin, 404
-//! unknown queue, request or dead letter, 503 Redis unreachable.
+//! GETs; mutations are POSTs, checked by [`crate::http::Policy::mutation`], and are not
+//! routed at all with `--read-only`. Every error is `{"error": {"kind", "message"}}`
+//! (`crate::http::error`) with a status that says whose fault it is: 400 bad input,
+//! 401/403 no token or foreign origin, 404 unknown queue, request or dead letter, 500
+//! Redis refused, 503 Redis unreachable.
 
-use super::auth::Refusal;
 use super::reply;
 use super::sampler::{self, ConsumerNow, PartitionNow, Point, QueueNow};
 use super::App;
+use crate::http::error::redis_error;
+use crate::http::{parse, ApiError, Kind};
 use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
 use axum::Json;
 use pelican::{Admin, ErrorKind, Keys};
 use redis::Value;
 use serde::Serialize;
 use serde_json::json;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Dead letters listed on the queue page.
 pub const DEAD_SHOWN: usize = 100;
 /// Least time between two SCANs for a queue name not seen yet.
-const LOOKUP_EVERY: std::time::Duration = std::time::Duration::from_secs(2);
+const LOOKUP_EVERY: Duration = Duration::from_secs(2);
 /// Held entries listed per partition on the queue page.
 const HELD_SHOWN: usize = 100;
-
-/// An error answer: `{"error": message}` with a status.
-#[derive(Debug)]
-pub struct ApiError(pub StatusCode, pub String);
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.0, Json(json!({ "error": self.1 }))).into_response()
-    }
-}
-
-impl From<Refusal> for ApiError {
-    fn from(r: Refusal) -> Self {
-        ApiError(r.0, r.1)
-    }
-}
+/// How long a request for a queue just found in Redis waits for its first sample.
+const FIRST_SAMPLE_WAIT: Duration = Duration::from_secs(3);
 
 type ApiResult<T> = Result<Json<T>, ApiError>;
-
-fn redis_down(e: impl std::fmt::Display) -> ApiError {
-    ApiError(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!("cannot reach Redis: {e}"),
-    )
-}
-
-fn from_pelican(e: &pelican::Error) -> ApiError {
-    let msg = crate::exit::with_causes(e);
-    match e.kind() {
-        ErrorKind::Config => ApiError(StatusCode::BAD_REQUEST, msg),
-        ErrorKind::Redis => redis_down(msg),
-        _ => ApiError(StatusCode::INTERNAL_SERVER_ERROR, msg),
-    }
-}
 
 /// `GET /api/info`: what the page needs to know about this dashboard.
 pub async fn info(State(app): State<Arc<App>>, h: HeaderMap) -> Json<serde_json::Value> {
@@ -65,7 +37,7 @@ pub async fn info(State(app): State<Arc<App>>, h: HeaderMap) -> Json<serde_json:
         "prefix": app.prefix,
         "redis": app.redis_shown,
         "read_only": app.read_only,
-        "can_mutate": !app.read_only && app.policy.has_token(&h),
+        "can_mutate": !app.read_only && app.policy.has_credentials(&h),
         "interval_ms": sampler::INTERVAL.as_millis() as u64,
         "history": sampler::HISTORY,
         "version": env!("CARGO_PKG_VERSION"),
@@ -124,6 +96,7 @@ pub async fn queue(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
 ) -> ApiResult<serde_json::Value> {
+    app.known(&name).await?;
     let (now, history, parts, error) = {
         let b = app.board.read().expect("board lock");
         let q = b.queues.get(&name);
@@ -135,10 +108,15 @@ pub async fn queue(
         )
     };
     let Some(now) = now else {
-        return Err(app.unknown(&name).await);
+        return Err(ApiError::new(
+            Kind::NotFound,
+            format!("queue {name:?} is gone from Redis"),
+        ));
     };
     let parts = parts.unwrap_or_default();
-    let mut held = held(&app, &parts).await.map_err(redis_down)?;
+    let mut held = held(&app, &parts)
+        .await
+        .map_err(|e| redis_error("reading what the consumers hold", &e))?;
     let consumers: Vec<ConsumerView> = parts
         .iter()
         .flat_map(|p| p.consumers.iter())
@@ -226,11 +204,9 @@ pub async fn dead(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
 ) -> ApiResult<serde_json::Value> {
-    let admin = app.admin(&name).await?;
-    let letters = admin
-        .dead_letters(DEAD_SHOWN)
-        .await
-        .map_err(|e| from_pelican(&e))?;
+    let letters = app
+        .with_admin(&name, |a| async move { a.dead_letters(DEAD_SHOWN).await })
+        .await?;
     let total = app
         .board
         .read()
@@ -250,21 +226,26 @@ pub async fn request(
     State(app): State<Arc<App>>,
     Path((name, rid)): Path<(String, String)>,
 ) -> ApiResult<pelican::admin::RequestInfo> {
-    let admin = app.admin(&name).await?;
-    match admin.inspect(&rid).await {
+    let found = app
+        .with_admin(&name, |a| {
+            let rid = rid.clone();
+            async move { a.inspect(&rid).await }
+        })
+        .await;
+    match found {
         Ok(Some(info)) => Ok(Json(info)),
-        Ok(None) => Err(ApiError(
-            StatusCode::NOT_FOUND,
+        Ok(None) => Err(ApiError::new(
+            Kind::NotFound,
             format!(
                 "queue {name:?} knows no request {rid:?}: it was never submitted, finished \
                  more than result_ttl ago, expired, or was submitted with dedup off"
             ),
         )),
-        Err(e) if e.kind() == ErrorKind::Config => Err(ApiError(
-            StatusCode::BAD_REQUEST,
-            format!("{rid:?} is not a request id: {}", e.message()),
+        Err(e) if e.kind == Kind::BadRequest => Err(ApiError::new(
+            Kind::BadRequest,
+            format!("{rid:?} is not a request id: {}", e.message),
         )),
-        Err(e) => Err(from_pelican(&e)),
+        Err(e) => Err(e),
     }
 }
 
@@ -275,19 +256,40 @@ pub async fn requeue(
     Path((name, id)): Path<(String, String)>,
 ) -> ApiResult<serde_json::Value> {
     app.policy.mutation(&h)?;
+    check_dead_id(&id)?;
     let admin = app.admin(&name).await?;
     let done = admin
         .requeue(std::slice::from_ref(&id), app.requeue_timeout)
         .await
-        .map_err(|e| from_pelican(&e))?;
+        .map_err(|e| app.failed(&name, &e))?;
     match done.into_iter().next().and_then(|(_, new)| new) {
         Some(entry) => {
             tracing::info!(queue = %name, id = %id, entry = %entry, "dashboard: requeued a dead letter");
             Ok(Json(json!({ "id": id, "entry": entry })))
         }
-        None => Err(ApiError(
-            StatusCode::NOT_FOUND,
+        None => Err(ApiError::new(
+            Kind::NotFound,
             format!("queue {name:?} has no dead letter {id} (or it had no body to requeue)"),
+        )),
+    }
+}
+
+/// A dead-letter id as the list gives it: `<ms>-<seq>`, or `<partition>/<ms>-<seq>`, each
+/// number within 64 bits (Redis refuses more, and that is bad input, not a Redis fault).
+fn check_dead_id(id: &str) -> Result<(), ApiError> {
+    let sid = match id.split_once('/') {
+        Some((p, sid)) if parse::decimal_u64(p).is_some() => sid,
+        Some(_) => "",
+        None => id,
+    };
+    match parse::stream_id(sid) {
+        Some(_) => Ok(()),
+        None => Err(ApiError::new(
+            Kind::BadRequest,
+            format!(
+                "{id:?} is not a dead-letter id; ids look like 1700000000000-0, or \
+                 3/1700000000000-0 in a queue of several partitions (both numbers within 64 bits)"
+            ),
         )),
     }
 }
@@ -303,7 +305,7 @@ pub async fn requeue_all(
     let n = admin
         .requeue_all(app.requeue_timeout)
         .await
-        .map_err(|e| from_pelican(&e))?;
+        .map_err(|e| app.failed(&name, &e))?;
     tracing::info!(queue = %name, n, "dashboard: requeued every dead letter");
     Ok(Json(json!({ "requeued": n })))
 }
@@ -316,33 +318,64 @@ pub async fn purge(
 ) -> ApiResult<serde_json::Value> {
     app.policy.mutation(&h)?;
     let admin = app.admin(&name).await?;
-    let n = admin.purge_dead().await.map_err(|e| from_pelican(&e))?;
+    let n = admin
+        .purge_dead()
+        .await
+        .map_err(|e| app.failed(&name, &e))?;
     tracing::info!(queue = %name, n, "dashboard: purged the dead letters");
     Ok(Json(json!({ "purged": n })))
 }
 
 impl App {
-    /// The queue's admin handle (made once per queue), if the queue is known.
+    /// The queue's admin handle, if the queue is known: made once per queue and again
+    /// after a Redis outage (a connection made before it fails its first command).
     async fn admin(&self, name: &str) -> Result<Arc<Admin>, ApiError> {
-        self.check_name(name)?;
-        let known = self
-            .board
-            .read()
-            .expect("board lock")
-            .queues
-            .contains_key(name);
-        if !known {
-            return Err(self.unknown(name).await);
-        }
+        self.known(name).await?;
+        let outages = self.board.read().expect("board lock").outages;
         let mut admins = self.admins.lock().await;
-        if let Some(a) = admins.get(name) {
-            return Ok(a.clone());
+        if let Some((a, made_after)) = admins.get(name) {
+            if *made_after == outages {
+                return Ok(a.clone());
+            }
         }
-        let partitions = self.partitions(name).await.map_err(redis_down)?;
+        let partitions = self
+            .partitions(name)
+            .await
+            .map_err(|e| redis_error("reading the queue's partitions", &e))?;
         let cfg = self.queue_config(name)?.with_partitions(partitions);
-        let admin = Arc::new(Admin::connect(cfg).await.map_err(|e| from_pelican(&e))?);
-        admins.insert(name.to_string(), admin.clone());
+        let admin = Arc::new(Admin::connect(cfg).await.map_err(ApiError::from)?);
+        admins.insert(name.to_string(), (admin.clone(), outages));
         Ok(admin)
+    }
+
+    /// Runs a read on the queue's admin handle; a read that met a dropped connection
+    /// (Redis restarted since the last command) is sent once more on a fresh one.
+    async fn with_admin<T, F, Fut>(&self, name: &str, read: F) -> Result<T, ApiError>
+    where
+        F: Fn(Arc<Admin>) -> Fut,
+        Fut: std::future::Future<Output = pelican::Result<T>>,
+    {
+        let admin = self.admin(name).await?;
+        match read(admin).await {
+            Ok(v) => Ok(v),
+            Err(e) if dropped(&e) && self.board.read().expect("board lock").error.is_none() => {
+                self.admins.lock().await.remove(name);
+                let admin = self.admin(name).await?;
+                read(admin).await.map_err(|e| self.failed(name, &e))
+            }
+            Err(e) => Err(self.failed(name, &e)),
+        }
+    }
+
+    /// The answer to a library error met on queue `name`; a connection error drops its
+    /// admin handle, so the next request connects afresh.
+    fn failed(&self, name: &str, e: &pelican::Error) -> ApiError {
+        if dropped(e) {
+            if let Ok(mut admins) = self.admins.try_lock() {
+                admins.remove(name);
+            }
+        }
+        ApiError::from(e)
     }
 
     /// How many partitions the queue has: its record (`P:{Q}:partitions`), else the
@@ -378,22 +411,36 @@ impl App {
             .with_prefix(self.prefix.clone())
             .validate()
             .map_err(|e| {
-                ApiError(
-                    StatusCode::BAD_REQUEST,
+                ApiError::new(
+                    Kind::BadRequest,
                     format!("{name:?} is not a queue name: {}", e.message()),
                 )
             })?;
         let mut g = self.global.clone();
         g.queue = name.to_string();
         Ok(g.queue_config()
-            .map_err(|e| ApiError(StatusCode::BAD_REQUEST, e.message))?
+            .map_err(|e| ApiError::new(Kind::BadRequest, e.message))?
             .with_prefix(self.prefix.clone()))
     }
 
-    /// 404 for a queue not found in Redis (after looking again), 503 if Redis is down.
-    pub async fn unknown(&self, name: &str) -> ApiError {
-        if let Err(e) = self.check_name(name) {
-            return e;
+    /// Ok when the board has the queue, or it was just found in Redis and is sampled
+    /// within [`FIRST_SAMPLE_WAIT`]; 404 for a queue not in Redis; 503 while Redis
+    /// cannot be reached (at once when the last sample failed: a SCAN would only wait
+    /// for the connection to time out).
+    pub async fn known(&self, name: &str) -> Result<(), ApiError> {
+        self.check_name(name)?;
+        let down = {
+            let b = self.board.read().expect("board lock");
+            if b.queues.contains_key(name) {
+                return Ok(());
+            }
+            b.error.clone()
+        };
+        if let Some(why) = down {
+            return Err(ApiError::new(
+                Kind::Unavailable,
+                format!("cannot look for queue {name:?}: {why}"),
+            ));
         }
         // At most one SCAN per interval for names nobody has seen: a page (or a script)
         // asking for many unknown queues must not scan the key space each time.
@@ -401,40 +448,64 @@ impl App {
             let mut last = self.last_lookup.lock().expect("lookup lock");
             let recent = last.is_some_and(|t| t.elapsed() < LOOKUP_EVERY);
             if !recent {
-                *last = Some(std::time::Instant::now());
+                *last = Some(Instant::now());
             }
             recent
         };
         let found = if recent {
             let b = self.board.read().expect("board lock");
-            Ok(b.queues
+            b.queues
                 .iter()
                 .map(|(n, q)| (n.clone(), q.now.partitions.iter().cloned().collect()))
-                .collect())
+                .collect()
         } else {
             let mut conn = self.conn.clone();
-            sampler::discover_now(&mut conn, &self.prefix, &self.board).await
+            sampler::discover_now(&mut conn, &self.prefix, &self.board)
+                .await
+                .map_err(|e| redis_error("looking for queues", &e))?
         };
-        match found {
-            Ok(found) if found.contains_key(name) => ApiError(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("queue {name:?} was just found; it is sampled within a second, try again"),
-            ),
-            Ok(found) => ApiError(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "no queue {name:?} under key prefix {:?} on {} (queues are found by their \
-                     request or dead-letter stream); known: {}",
-                    self.prefix,
-                    self.redis_shown,
-                    if found.is_empty() {
-                        "none".to_string()
-                    } else {
-                        found.keys().cloned().collect::<Vec<_>>().join(", ")
-                    }
-                ),
-            ),
-            Err(e) => redis_down(e),
+        if found.contains_key(name) {
+            // Just found: its first sample comes within the sampler's interval.
+            let until = Instant::now() + FIRST_SAMPLE_WAIT;
+            while Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                if self
+                    .board
+                    .read()
+                    .expect("board lock")
+                    .queues
+                    .contains_key(name)
+                {
+                    return Ok(());
+                }
+            }
+            return Err(ApiError::new(
+                Kind::Unavailable,
+                format!("queue {name:?} was found but could not be read from Redis yet"),
+            ));
         }
+        Err(ApiError::new(
+            Kind::NotFound,
+            format!(
+                "no queue {name:?} under key prefix {:?} on {} (queues are found by their \
+                 request or dead-letter stream); known: {}",
+                self.prefix,
+                self.redis_shown,
+                if found.is_empty() {
+                    "none".to_string()
+                } else {
+                    found.keys().cloned().collect::<Vec<_>>().join(", ")
+                }
+            ),
+        ))
     }
+}
+
+/// Whether `e` is a connection that dropped (Redis restarted or went away since it was
+/// made).
+fn dropped(e: &pelican::Error) -> bool {
+    e.kind() == ErrorKind::Redis
+        && std::error::Error::source(e)
+            .and_then(|s| s.downcast_ref::<redis::RedisError>())
+            .is_some_and(|r| r.is_connection_dropped() || r.is_io_error())
 }

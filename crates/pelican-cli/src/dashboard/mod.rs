@@ -4,14 +4,14 @@
 //!   measured and how: see there); `discover`: finds the queues (a partitioned queue's
 //!   tags `Q#p` count as one queue `Q`).
 //! - `server`: routes, the page and assets (embedded: `assets/`), the login link, the
-//!   checks of every request; `auth`: the token and origin rules; `api`: the JSON API.
+//!   checks of every request (the rules themselves, token, sessions, Host and origin, and
+//!   the error answers are shared with the gateway: `crate::http`); `api`: the JSON API.
 //! - `reply`: reading Redis replies.
 //!
 //! The page reads `/api/queues` (overview) or `/api/queues/{queue}` (one queue) every
 //! second or two and draws the numbers and the charts (inline SVG) itself.
 
 mod api;
-mod auth;
 mod discover;
 mod reply;
 mod sampler;
@@ -19,6 +19,7 @@ mod server;
 
 use crate::cli::{DashboardArgs, Global};
 use crate::exit::{CliError, CliResult};
+use crate::http::{policy, Policy};
 use pelican::Admin;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sampler::SharedBoard;
@@ -29,6 +30,8 @@ use tokio::signal::unix::{signal, SignalKind};
 
 /// How long the dashboard's Redis commands may take before the page says Redis is down.
 const REDIS_TIMEOUT: Duration = Duration::from_secs(3);
+/// The cookie that carries a session id (set by the login link).
+const COOKIE: &str = "pelican_dashboard";
 /// Deadline of a requeued request, from the moment it is requeued.
 const REQUEUE_TIMEOUT: Duration = pelican::admin::DEFAULT_REQUEUE_TIMEOUT;
 
@@ -36,12 +39,13 @@ const REQUEUE_TIMEOUT: Duration = pelican::admin::DEFAULT_REQUEUE_TIMEOUT;
 pub struct App {
     board: SharedBoard,
     conn: ConnectionManager,
-    policy: auth::Policy,
+    policy: Policy,
     read_only: bool,
     prefix: String,
     redis_shown: String,
     global: Global,
-    admins: tokio::sync::Mutex<HashMap<String, Arc<Admin>>>,
+    /// Per queue: its admin handle, and the sampler's count of outages when it was made.
+    admins: tokio::sync::Mutex<HashMap<String, (Arc<Admin>, u64)>>,
     requeue_timeout: Duration,
     /// When a page last made the dashboard look for a queue it had not seen.
     last_lookup: std::sync::Mutex<Option<std::time::Instant>>,
@@ -57,11 +61,11 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
              dead letters. Give a --token of at least {} characters (and prefer a reverse \
              proxy with TLS in front)",
             a.listen,
-            auth::MIN_TOKEN_LEN
+            policy::MIN_TOKEN_LEN
         )));
     }
     if let Some(t) = &a.token {
-        auth::check_token(t).map_err(CliError::usage)?;
+        policy::check_token(t).map_err(CliError::usage)?;
     }
     let queue = g.queue_config()?.with_prefix(a.prefix.clone());
     queue
@@ -75,7 +79,7 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
     }
     let token = match &a.token {
         Some(t) => t.clone(),
-        None => auth::random_token()
+        None => policy::random_hex()
             .map_err(|e| CliError::failure(format!("cannot make a random token: {e}")))?,
     };
     let conn = connect(g).await?;
@@ -92,7 +96,7 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
     let app = Arc::new(App {
         board: board.clone(),
         conn: conn.clone(),
-        policy: auth::Policy { token, loopback },
+        policy: Policy::new(Some(token.clone()), loopback).with_sessions(COOKIE),
         read_only: a.read_only,
         prefix: a.prefix.clone(),
         redis_shown: g.redis.redacted(),
@@ -121,7 +125,7 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
             } else {
                 ", and to see anything"
             },
-            app.policy.token
+            token
         );
     }
     outln!("  stop with Ctrl-C");

@@ -140,6 +140,9 @@ pub struct Board {
     pub error: Option<String>,
     /// Look for queues again at the next sample.
     pub rediscover: bool,
+    /// Times a sample failed after one that worked (Redis went away): a connection made
+    /// before an outage is not trusted after it.
+    pub outages: u64,
 }
 
 /// The board, shared between the sampler and the web server.
@@ -170,6 +173,9 @@ pub async fn run(mut conn: ConnectionManager, prefix: String, board: SharedBoard
                 apply(&mut b, t, sampled);
             }
             Err(e) => {
+                if b.error.is_none() {
+                    b.outages += 1;
+                }
                 // Keep the last numbers; the page says they are stale and why.
                 b.error = Some(format!("cannot read Redis: {e}"));
                 found = None;

@@ -1,9 +1,12 @@
 //! Routes, the embedded page and assets, the login link, and the checks every request
-//! goes through (see `auth`). The page is one HTML file and one script that draws
-//! either view (`/` or `/queues/{queue}`) from the JSON API.
+//! goes through (`crate::http::policy`). The page is one HTML file and one script that
+//! draws either view (`/` or `/queues/{queue}`) from the JSON API. Every error answer of
+//! the API is JSON (`crate::http::fallback` makes the HTTP stack's own ones so too); a
+//! page that cannot be shown is a small HTML page.
 
-use super::api::{self, ApiError};
+use super::api;
 use super::App;
+use crate::http::{fallback, ApiError, Kind};
 use axum::extract::{Path, RawQuery, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::middleware::{self, Next};
@@ -32,9 +35,9 @@ pub fn router(app: Arc<App>) -> Router {
             .route("/queues/{queue}/dead/purge", post(api::purge));
     }
     let api = api.fallback(|| async {
-        ApiError(
-            StatusCode::NOT_FOUND,
-            "no such API route (see the README's dashboard section)".into(),
+        ApiError::new(
+            Kind::NotFound,
+            "no such API route (see the README's dashboard section)",
         )
     });
     Router::new()
@@ -58,6 +61,7 @@ pub fn router(app: Arc<App>) -> Router {
                 "There is no such page here.",
             )
         })
+        .layer(middleware::from_fn(fallback::json_errors))
         .layer(middleware::from_fn_with_state(app.clone(), guard))
         .with_state(app)
 }
@@ -66,10 +70,10 @@ pub fn router(app: Arc<App>) -> Router {
 /// itself (no framing, no foreign scripts, no referrer carrying the login token).
 async fn guard(State(app): State<Arc<App>>, req: Request, next: Next) -> Response {
     let is_api = req.uri().path().starts_with("/api/");
-    let mut res = match app.policy.admit(req.headers()) {
+    let mut res = match app.policy.admit(req.headers(), req.uri()) {
         Ok(()) => next.run(req).await,
-        Err(r) if is_api => ApiError::from(r).into_response(),
-        Err(r) => page(r.0, "Not allowed", &r.1),
+        Err(e) if is_api => e.into_response(),
+        Err(e) => page(e.kind.status(), "Not allowed", &e.message),
     };
     let h = res.headers_mut();
     h.insert(
@@ -101,30 +105,22 @@ async fn index() -> Html<&'static str> {
 
 /// The queue page, or a page that says why not (bad name 400, unknown 404, Redis 503).
 async fn queue_page(State(app): State<Arc<App>>, Path(name): Path<String>) -> Response {
-    if let Err(e) = app.check_name(&name) {
-        return page(e.0, "Not a queue name", &e.1);
-    }
-    let known = app
-        .board
-        .read()
-        .expect("board lock")
-        .queues
-        .contains_key(&name);
-    if known {
-        return Html(INDEX).into_response();
-    }
-    match app.unknown(&name).await {
-        // Just found: the page shows it as soon as it is sampled.
-        ApiError(StatusCode::SERVICE_UNAVAILABLE, m) if m.contains("just found") => {
-            Html(INDEX).into_response()
+    match app.known(&name).await {
+        Ok(()) => Html(INDEX).into_response(),
+        Err(e) => {
+            let title = match e.kind {
+                Kind::BadRequest => "Not a queue name",
+                Kind::NotFound => "No such queue",
+                _ => "Cannot show this queue",
+            };
+            page(e.kind.status(), title, &e.message)
         }
-        ApiError(StatusCode::NOT_FOUND, m) => page(StatusCode::NOT_FOUND, "No such queue", &m),
-        ApiError(s, m) => page(s, "Cannot show this queue", &m),
     }
 }
 
-/// `/login?token=T[&next=/queues/Q]`: sets the cookie and goes to the overview, or to
-/// the queue named by `next` (so the token leaves the address bar).
+/// `/login?token=T[&next=/queues/Q]`: starts a session (its id in a cookie, never the
+/// token) and goes to the overview, or to the queue named by `next` (so the token leaves
+/// the address bar).
 async fn login(State(app): State<Arc<App>>, RawQuery(q): RawQuery) -> Response {
     let q = q.unwrap_or_default();
     let param = |name: &str| {
@@ -146,17 +142,12 @@ async fn login(State(app): State<Arc<App>>, RawQuery(q): RawQuery) -> Response {
             })
         })
         .unwrap_or_else(|| "/".to_string());
-    match given.as_deref() {
-        Some(t) if super::auth::same(t, &app.policy.token) => {
+    match given.as_deref().and_then(|t| app.policy.login(t)) {
+        Some(Ok(cookie)) => {
             let mut h = HeaderMap::new();
-            let cookie = format!(
-                "{}={}; Path=/; HttpOnly; SameSite=Strict",
-                super::auth::COOKIE,
-                app.policy.token
-            );
             h.insert(
                 header::SET_COOKIE,
-                HeaderValue::from_str(&cookie).expect("token characters are checked"),
+                HeaderValue::from_str(&cookie).expect("hex and fixed text"),
             );
             h.insert(
                 header::LOCATION,
@@ -164,7 +155,8 @@ async fn login(State(app): State<Arc<App>>, RawQuery(q): RawQuery) -> Response {
             );
             (StatusCode::SEE_OTHER, h).into_response()
         }
-        _ => page(
+        Some(Err(e)) => page(e.kind.status(), "Cannot log in", &e.message),
+        None => page(
             StatusCode::UNAUTHORIZED,
             "Wrong token",
             "This login link does not carry this dashboard's token. Use the link that \

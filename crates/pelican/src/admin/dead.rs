@@ -206,15 +206,36 @@ pub(super) async fn purge_dead(sh: &Shared) -> Result<u64> {
     Ok(n)
 }
 
-/// `<ms>-<seq>`, both decimal.
+/// `<ms>-<seq>`, both decimal within 64 bits (Redis refuses more: that is bad input, not
+/// a Redis fault).
 pub(super) fn is_stream_id(id: &str) -> bool {
+    let number = |s: &str| {
+        !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) && s.parse::<u64>().is_ok()
+    };
     match id.split_once('-') {
-        Some((ms, seq)) => {
-            !ms.is_empty()
-                && !seq.is_empty()
-                && ms.bytes().all(|b| b.is_ascii_digit())
-                && seq.bytes().all(|b| b.is_ascii_digit())
-        }
+        Some((ms, seq)) => number(ms) && number(seq),
         None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn stream_ids_are_read_whole() {
+        assert!(super::is_stream_id("1700000000000-0"));
+        assert!(super::is_stream_id(
+            "18446744073709551615-18446744073709551615"
+        ));
+        for bad in [
+            "18446744073709551616-0",
+            "1-18446744073709551616",
+            "1-",
+            "-1",
+            "1-2-3",
+            "+1-1",
+            "1",
+        ] {
+            assert!(!super::is_stream_id(bad), "{bad}");
+        }
     }
 }

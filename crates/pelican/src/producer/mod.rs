@@ -9,18 +9,21 @@
 mod answers;
 mod cancel;
 mod maintenance;
+mod options;
 mod pending;
 mod replies;
 mod stored;
 mod submit;
 mod ticket;
+mod watch;
 
+pub use options::CallOptions;
 pub use pending::Submitted;
 pub use ticket::Ticket;
 
 use crate::clock::{ms, now_ms};
 use crate::codec::{Codec, Json, Raw};
-use crate::config::{validate_request_id, ProducerConfig, QueueConfig};
+use crate::config::{ProducerConfig, QueueConfig};
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
 use crate::shared::Shared;
@@ -31,7 +34,7 @@ use serde::{de::DeserializeOwned, Serialize};
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use ticket::WaiterGuard;
 use tokio::sync::{mpsc, oneshot};
 use tracing::Instrument;
@@ -235,21 +238,46 @@ where
     }
 
     async fn submit_encoded(&self, body: Vec<u8>) -> Result<Ticket<Resp, C>> {
-        let rid = if self.parts[0].inner.config.dedup {
-            ids::request_id(&body)
-        } else {
-            ids::random_id()
+        self.submit_encoded_with(body, CallOptions::new()).await
+    }
+
+    /// Submits `body` with these options: under their request id, else the body's hash
+    /// (dedup on) or a random id; with their timeout, else the producer's.
+    async fn submit_encoded_with(
+        &self,
+        body: Vec<u8>,
+        options: CallOptions,
+    ) -> Result<Ticket<Resp, C>> {
+        let inner = &self.parts[0].inner;
+        let timeout = options.timeout.unwrap_or(inner.config.request_timeout);
+        let rid = match options.request_id {
+            Some(id) => id,
+            None if inner.config.dedup => ids::request_id(&body),
+            None => ids::random_id(),
         };
-        self.submit_body(rid, body).await
+        self.submit_body(rid, body, timeout).await
     }
 
     /// Submits a request under a request id of the caller's choosing (1 to 256 bytes, no
     /// control characters). With dedup on, the id is the dedup key: submissions with the
     /// same id share one solution, whatever their bodies.
     pub async fn submit_with_id(&self, id: &str, req: &Req) -> Result<Ticket<Resp, C>> {
-        validate_request_id(id)?;
+        self.submit_with(req, CallOptions::new().request_id(id))
+            .await
+    }
+
+    /// [`Producer::submit`] with options of this call: its timeout, its request id
+    /// (see [`CallOptions`]).
+    pub async fn submit_with(&self, req: &Req, options: CallOptions) -> Result<Ticket<Resp, C>> {
+        options.validate()?;
         let body = self.encode(req)?;
-        self.submit_body(id.to_string(), body).await
+        self.submit_encoded_with(body, options).await
+    }
+
+    /// [`Producer::call`] with options of this call (see [`CallOptions`]).
+    pub async fn call_with(&self, req: &Req, options: CallOptions) -> Result<Resp> {
+        self.in_call_span(async { self.submit_with(req, options).await?.await })
+            .await
     }
 
     /// Submits a request and waits for its response, in a span `pelican.call` (whose
@@ -304,14 +332,18 @@ where
         Ok(body)
     }
 
-    async fn submit_body(&self, rid: String, body: Vec<u8>) -> Result<Ticket<Resp, C>> {
+    async fn submit_body(
+        &self,
+        rid: String,
+        body: Vec<u8>,
+        timeout: Duration,
+    ) -> Result<Ticket<Resp, C>> {
         // Shared from here on (the waiters' table, the submitter, the ticket): not copied.
         let rid: Arc<str> = rid.into();
         let inner = self.part(&rid);
         if inner.closed.load(Ordering::SeqCst) {
             return Err(inner.closed_error());
         }
-        let timeout = inner.config.request_timeout;
         let started = Instant::now();
         let deadline_ms = now_ms() + ms(timeout);
         let token = inner.next_token.fetch_add(1, Ordering::Relaxed);
@@ -326,7 +358,15 @@ where
                     p.waiters.push((token, tx));
                     // The request lives as long as its longest-waiting submitter.
                     p.deadline_ms = p.deadline_ms.max(deadline_ms);
-                    true
+                    if p.body.is_some() {
+                        true
+                    } else {
+                        // Only watchers wait (they have no body, and may have found it
+                        // unknown): this submission goes to Redis, which joins it to
+                        // the request if it is in flight.
+                        p.body = Some(body.clone());
+                        false
+                    }
                 }
                 None => {
                     st.pending.insert(
@@ -337,7 +377,8 @@ where
                             deadline_ms,
                             indexed: inner.config.dedup,
                             sid: None,
-                            body: body.clone(),
+                            body: Some(body.clone()),
+                            keep: false,
                             queued: false,
                             expiry_resubmits: 0,
                             tp: tp.clone(),
@@ -374,7 +415,7 @@ where
             how
         };
         tracing::trace!(rid = %rid, ?how, "submitted");
-        let ticket = Ticket::new(inner.clone(), rid, token, how, rx, started);
+        let ticket = Ticket::new(inner.clone(), rid, token, how, rx, started, timeout);
         guard.disarm();
         Ok(ticket)
     }
@@ -400,6 +441,23 @@ impl<Resp: DeserializeOwned> Producer<Bytes, Resp, Raw> {
     /// [`Producer::submit_bytes`]).
     pub async fn call_bytes(&self, body: Bytes) -> Result<Resp> {
         self.in_call_span(async { self.submit_bytes(body).await?.await })
+            .await
+    }
+
+    /// [`Producer::submit_bytes`] with options of this call (see [`CallOptions`]).
+    pub async fn submit_bytes_with(
+        &self,
+        body: Bytes,
+        options: CallOptions,
+    ) -> Result<Ticket<Resp, Raw>> {
+        options.validate()?;
+        let body = self.within_limit(Vec::from(body))?;
+        self.submit_encoded_with(body, options).await
+    }
+
+    /// [`Producer::call_bytes`] with options of this call (see [`CallOptions`]).
+    pub async fn call_bytes_with(&self, body: Bytes, options: CallOptions) -> Result<Resp> {
+        self.in_call_span(async { self.submit_bytes_with(body, options).await?.await })
             .await
     }
 }

@@ -56,8 +56,12 @@ pub(crate) struct Pending {
     pub(crate) indexed: bool,
     /// The stream id, once known (needed to withdraw a request without an index).
     pub(crate) sid: Option<String>,
-    /// Kept to submit again if Redis lost the request (restart without persistence).
-    pub(crate) body: Arc<Vec<u8>>,
+    /// Kept to submit again if Redis lost the request (restart without persistence);
+    /// `None` while only watchers wait ([`crate::Producer::watch`]: they have no body).
+    pub(crate) body: Option<Arc<Vec<u8>>>,
+    /// The request stays queued when its last local waiter leaves: a waiter detached
+    /// ([`crate::Ticket::detach`]) or watched it, so nobody here withdraws it.
+    pub(crate) keep: bool,
     /// The submission has been acknowledged by Redis.
     pub(crate) queued: bool,
     /// Times this request was submitted again because it expired before a local waiter's
@@ -74,16 +78,17 @@ pub(crate) struct Pending {
 }
 
 impl Pending {
-    /// Request `rid` (this one) as it was first submitted, to submit it again.
-    fn submit_again(&self, rid: &str) -> SubmitJob {
-        SubmitJob {
+    /// Request `rid` (this one) as it was first submitted, to submit it again; `None`
+    /// when no waiter here brought its body (watchers only).
+    pub(crate) fn submit_again(&self, rid: &str) -> Option<SubmitJob> {
+        Some(SubmitJob {
             rid: rid.into(),
-            body: self.body.clone(),
+            body: self.body.clone()?,
             deadline_ms: self.deadline_ms,
             indexed: self.indexed,
             tp: self.tp.clone(),
             ack: None,
-        }
+        })
     }
 }
 
@@ -200,9 +205,12 @@ impl Inner {
             {
                 return false;
             }
+            let Some(job) = p.submit_again(rid) else {
+                return false;
+            };
             p.expiry_resubmits += 1;
             p.queued = false;
-            p.submit_again(rid)
+            job
         };
         tracing::debug!(
             rid,
@@ -229,6 +237,17 @@ impl Inner {
             p.answer_fetching = false;
             p.submit_again(rid)
         };
+        let Some(job) = job else {
+            // Only watchers wait, without the body: it cannot be submitted again.
+            self.resolve(
+                rid,
+                Err(Error::new(
+                    ErrorKind::Expired,
+                    format!("request {rid} is no longer known to Redis (lost in a restart?) and nobody here has its body to submit it again"),
+                )),
+            );
+            return;
+        };
         tracing::info!(rid, why = why.label(), "{says}");
         if self.submit_tx.send(job).is_ok() {
             self.shared.metrics.resubmitted(why);
@@ -252,7 +271,7 @@ impl Inner {
     }
 
     /// A waiter gave up (timed out or dropped its ticket). The last one to leave
-    /// withdraws the request.
+    /// withdraws the request, unless it is kept (detached or watched).
     pub(crate) fn drop_waiter(&self, rid: &str, token: u64) {
         let job = {
             let mut st = self.state.lock().unwrap();
@@ -264,11 +283,28 @@ impl Inner {
                 return;
             }
             let (rid, p) = st.pending.remove_entry(rid).expect("present");
+            if p.keep {
+                return;
+            }
             CancelJob {
                 rid,
                 sid: if p.indexed { None } else { p.sid },
             }
         };
         let _ = self.cancel_tx.send(job);
+    }
+
+    /// A waiter stops waiting and leaves the request to run: it is never withdrawn by
+    /// this producer from now on (its outcome is recorded as any other).
+    pub(crate) fn detach_waiter(&self, rid: &str, token: u64) {
+        let mut st = self.state.lock().unwrap();
+        let Some(p) = st.pending.get_mut(rid) else {
+            return;
+        };
+        p.waiters.retain(|(t, _)| *t != token);
+        p.keep = true;
+        if p.waiters.is_empty() {
+            st.pending.remove(rid);
+        }
     }
 }

@@ -45,13 +45,16 @@ impl Drop for WaiterGuard {
 }
 
 /// The pending response of one submission: `.await` it. Dropping it gives up waiting
-/// (and withdraws the request if nobody else waits for it).
+/// (and withdraws the request if nobody else waits for it); [`Ticket::detach`] stops
+/// waiting and leaves the request to run.
 pub struct Ticket<Resp, C: Codec = Json> {
     how: Submitted,
     rx: oneshot::Receiver<Resolution>,
     sleep: Pin<Box<tokio::time::Sleep>>,
     guard: WaiterGuard,
     started: Instant,
+    /// How long the caller waits, from `started`.
+    timeout: Duration,
     _types: PhantomData<fn() -> (Resp, C)>,
 }
 
@@ -63,8 +66,8 @@ impl<Resp, C: Codec> Ticket<Resp, C> {
         how: Submitted,
         rx: oneshot::Receiver<Resolution>,
         started: Instant,
+        timeout: Duration,
     ) -> Self {
-        let timeout = inner.config.request_timeout;
         Ticket {
             guard: WaiterGuard::new(inner, rid, token),
             how,
@@ -73,6 +76,7 @@ impl<Resp, C: Codec> Ticket<Resp, C> {
                 timeout.saturating_sub(started.elapsed()),
             )),
             started,
+            timeout,
             _types: PhantomData,
         }
     }
@@ -90,6 +94,19 @@ impl<Resp, C: Codec> Ticket<Resp, C> {
     /// Time since submission.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
+    }
+
+    /// Stops waiting without withdrawing the request: it stays queued or in work until
+    /// it is solved or its deadline (the call's timeout) passes, and this producer never
+    /// withdraws it, even when it shuts down. With dedup on its outcome is recorded for
+    /// `result_ttl`, where [`crate::Producer::watch`] (of this producer or another, in
+    /// this process or the next) finds it by its request id. Returns the request id.
+    pub fn detach(mut self) -> String {
+        self.guard.armed = false;
+        self.guard
+            .inner
+            .detach_waiter(&self.guard.rid, self.guard.token);
+        self.guard.rid.to_string()
     }
 }
 
@@ -130,7 +147,7 @@ impl<Resp: DeserializeOwned, C: Codec> Future for Ticket<Resp, C> {
                     ErrorKind::Timeout,
                     format!(
                         "request {} got no outcome within {:?}",
-                        this.guard.rid, this.guard.inner.config.request_timeout
+                        this.guard.rid, this.timeout
                     ),
                 )))
             }

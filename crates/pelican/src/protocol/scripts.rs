@@ -14,7 +14,8 @@
 //! duration), as the scripts take them.
 //!
 //! Here: the script set and the producer's calls (`submit.lua`, `cancel.lua`,
-//! `forget.lua`); the consumer's in `consumer.rs`, the upkeep scripts in `upkeep.rs`.
+//! `forget.lua`, `watch.lua`); the consumer's in `consumer.rs`, the upkeep scripts in
+//! `upkeep.rs`.
 
 use super::entry::{self, parse_entries, RawEntry};
 use super::keys::Keys;
@@ -37,6 +38,7 @@ pub(crate) struct Scripts {
     forget: Function,
     janitor: Function,
     requeue: Function,
+    watch: Function,
 }
 
 impl Scripts {
@@ -53,6 +55,7 @@ impl Scripts {
             forget: Function::new("forget"),
             janitor: Function::new("janitor"),
             requeue: Function::new("requeue"),
+            watch: Function::new("watch"),
         }
     }
 }
@@ -217,6 +220,46 @@ impl Forget<'_> {
         let mut c = ScriptCall::new(&s.forget, &[&key], count_reply);
         c.arg(self.outcome);
         c
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// watch.lua
+
+/// `watch.lua`: a producer waits on request `rid` without submitting it.
+pub(crate) struct Watch<'a> {
+    pub(crate) rid: &'a str,
+    pub(crate) producer: &'a str,
+}
+
+/// What a [`Watch`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum WatchAnswer {
+    /// Finished: its recorded outcome.
+    Finished(Outcome),
+    /// In flight; the producer is among its waiters now.
+    Joined,
+    /// Redis knows nothing of it.
+    Unknown,
+}
+
+impl Watch<'_> {
+    pub(crate) fn call<'s>(&self, s: &'s Scripts) -> ScriptCall<'s, WatchAnswer> {
+        let key = s.keys.req(self.rid);
+        let mut c = ScriptCall::new(&s.watch, &[&key], watch_reply);
+        c.arg(self.producer);
+        c
+    }
+}
+
+fn watch_reply(v: Value) -> RedisResult<WatchAnswer> {
+    let a: Vec<u8> = redis::from_redis_value(v)?;
+    match a.as_slice() {
+        b"" => Ok(WatchAnswer::Unknown),
+        b"=" => Ok(WatchAnswer::Joined),
+        _ => Outcome::decode(&a)
+            .map(WatchAnswer::Finished)
+            .ok_or_else(|| unexpected("unexpected answer from watch.lua", &Value::BulkString(a))),
     }
 }
 

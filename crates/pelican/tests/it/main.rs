@@ -20,6 +20,7 @@
 //! - `wake`: released work taken again at once, a stop at once, whatever `block` is.
 //! - `docs`: the repository's documents agree with the package (README examples, entry
 //!   fields in docs/PROTOCOL.md, licence copies).
+//! - `per_call`: options of one call, detached tickets, watching a request by its id.
 
 mod cluster;
 mod common;
@@ -34,6 +35,7 @@ mod layout;
 mod lease;
 mod matrix;
 mod nitro;
+mod per_call;
 mod processes;
 mod read_ahead;
 mod refusals;

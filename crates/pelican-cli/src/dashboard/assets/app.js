@@ -44,8 +44,11 @@
     let body = null;
     try { body = await res.json(); } catch (_) { /* not JSON */ }
     if (!res.ok) {
-      const err = new Error((body && body.error) || ("HTTP " + res.status));
+      // {"error": {"kind": ..., "message": ...}}
+      const e = body && body.error;
+      const err = new Error((e && e.message) || ("HTTP " + res.status));
       err.status = res.status;
+      err.kind = e && e.kind;
       throw err;
     }
     return body;

@@ -69,7 +69,7 @@ fn queues_are_found_and_bad_input_gets_clear_errors() {
     // Unknown queue: 404, as JSON and as a page, saying which queues there are.
     let a = get(&d.addr, "/api/queues/nope");
     assert_eq!(a.status, 404, "{a:?}");
-    let msg = a.json()["error"].as_str().unwrap().to_string();
+    let msg = a.json()["error"]["message"].as_str().unwrap().to_string();
     assert!(
         msg.contains("no queue \"nope\"") && msg.contains("parted"),
         "{msg}"
@@ -81,7 +81,10 @@ fn queues_are_found_and_bad_input_gets_clear_errors() {
     let b = get(&d.addr, "/api/queues/bad%7Bname/dead");
     assert_eq!(b.status, 400, "{b:?}");
     assert!(
-        b.json()["error"].as_str().unwrap().contains("queue name"),
+        b.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("queue name"),
         "{b:?}"
     );
     assert_eq!(get(&d.addr, "/queues/bad%7Bname").status, 400);
@@ -91,7 +94,7 @@ fn queues_are_found_and_bad_input_gets_clear_errors() {
         &format!("/api/queues/{}/requests/never-seen", env.queue),
     );
     assert_eq!(r.status, 404, "{r:?}");
-    assert!(r.json()["error"]
+    assert!(r.json()["error"]["message"]
         .as_str()
         .unwrap()
         .contains("knows no request"));
@@ -131,11 +134,19 @@ fn mutations_need_the_token_and_the_own_origin() {
     assert_eq!(token.len(), 32, "a random 128-bit token: {token}");
     let path = format!("/api/queues/{}/dead/{id}/requeue", env.queue);
     let own = format!("http://{}", d.addr);
-    let cookie = format!("pelican_dashboard={token}");
+    // The login link starts a session: its id is the cookie (never the token).
+    let login = get(&d.addr, &format!("/login?token={token}"));
+    assert_eq!(login.status, 303, "{login:?}");
+    let set = login.header("set-cookie").unwrap().to_string();
+    let cookie = set.split(';').next().unwrap().to_string();
+    assert!(cookie.starts_with("pelican_dashboard="), "{set}");
 
     let a = request(&d.addr, "POST", &path, &[("Origin", &own)]);
     assert_eq!(a.status, 401, "{a:?}");
-    assert!(a.json()["error"].as_str().unwrap().contains("login link"));
+    assert!(a.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("login link"));
     let a = request(
         &d.addr,
         "POST",
@@ -167,14 +178,9 @@ fn mutations_need_the_token_and_the_own_origin() {
     let info = get(&d.addr, "/api/info").json();
     assert_eq!(info["can_mutate"], false);
 
-    // The login link sets the cookie and sends the browser to the overview.
-    let login = get(&d.addr, &format!("/login?token={token}"));
-    assert_eq!(login.status, 303, "{login:?}");
+    // The login link sent the browser to the overview.
     assert_eq!(login.header("location"), Some("/"));
-    let set = login.header("set-cookie").unwrap();
-    assert!(
-        set.starts_with(&cookie) && set.contains("HttpOnly") && set.contains("SameSite=Strict")
-    );
+    assert!(set.contains("HttpOnly") && set.contains("SameSite=Strict"));
     assert_eq!(get(&d.addr, "/login?token=wrong").status, 401);
     let to_queue = get(
         &d.addr,
@@ -204,7 +210,7 @@ fn mutations_need_the_token_and_the_own_origin() {
         &[("Origin", &own), ("Cookie", &cookie)],
     );
     assert_eq!(bad.status, 400, "{bad:?}");
-    assert!(bad.json()["error"]
+    assert!(bad.json()["error"]["message"]
         .as_str()
         .unwrap()
         .contains("not a dead-letter id"));
@@ -243,7 +249,7 @@ fn mutations_need_the_token_and_the_own_origin() {
         &purge,
         &[("Authorization", "Bearer nope-nope-nope-nope")],
     );
-    assert_eq!(a.status, 401, "{a:?}");
+    assert_eq!(a.status, 403, "{a:?}");
     assert_eq!(xlen(&env, q.dead()), 2);
     let auth = format!("Bearer {token}");
     let a = request(&d.addr, "POST", &purge, &[("Authorization", &auth)]);
@@ -316,7 +322,10 @@ fn redis_down_is_reported_and_the_dashboard_lives_on() {
     let a = get(&d.addr, &format!("/api/queues/{}/dead", env.queue));
     assert_eq!(a.status, 503, "{a:?}");
     assert!(
-        a.json()["error"].as_str().unwrap().contains("Redis"),
+        a.json()["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("Redis"),
         "{a:?}"
     );
     // The queue's numbers: the last ones read, with the error for the page's banner.

@@ -4,7 +4,8 @@
 mod api;
 mod browser;
 mod cdp;
-mod http;
+mod hostile;
+pub mod http;
 
 use crate::support::{Env, Proc};
 use pelican_testkit::{eventually_sync, free_port};

@@ -44,6 +44,7 @@ const SCRIPTS: &[(&str, &str)] = &[
     ("forget", include_str!("../../../lua/forget.lua")),
     ("janitor", include_str!("../../../lua/janitor.lua")),
     ("requeue", include_str!("../../../lua/requeue.lua")),
+    ("watch", include_str!("../../../lua/watch.lua")),
 ];
 
 /// The library: its name and its code, as `FUNCTION LOAD` takes it.
