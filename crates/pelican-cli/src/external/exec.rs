@@ -118,7 +118,11 @@ impl Pool {
                     )));
                 }
                 _ = s.stop.cancelled() => {
-                    return Err(HandlerError::retry("the worker is stopping"));
+                    // Released at once: another worker takes it.
+                    return Err(HandlerError::RetryAfter(
+                        Duration::ZERO,
+                        "the worker is stopping".into(),
+                    ));
                 }
             }
         };

@@ -74,7 +74,8 @@ impl Caller {
                 self.url,
                 timeout.as_millis()
             )))),
-            _ = lost => Err(HandlerError::retry("the lease was lost; the call was abandoned")),
+            // Another consumer has it now: nothing to wait for.
+            _ = lost => Err(HandlerError::RetryAfter(Duration::ZERO, "the lease was lost; the call was abandoned".into())),
         }
     }
 

@@ -24,6 +24,26 @@ use std::time::Duration;
 /// Default `--handler-timeout`: long enough for heavy jobs (a block validation takes
 /// minutes), short enough that a hung child or endpoint is noticed.
 pub const DEFAULT_HANDLER_TIMEOUT: Duration = Duration::from_secs(300);
+/// A retry an external handler asks for without a delay of its own (a refused connection,
+/// a 5xx without `Retry-After`, a child that died or hung, `"retry": true`) is handed back
+/// after `RETRY_BACKOFF_FIRST` x 2^(delivery - 1), at most `RETRY_BACKOFF_MAX`: a released
+/// request is read again at once, so without a pause an endpoint that is down for a
+/// moment would use up a request's `max_deliveries` in milliseconds. With the default 5
+/// deliveries a request outlasts an outage of about 8 s (0.25 + 0.5 + 1 + 2 + 4 s).
+pub const RETRY_BACKOFF_FIRST: Duration = Duration::from_millis(250);
+/// The longest pause before a retry without a delay of its own (see
+/// [`RETRY_BACKOFF_FIRST`]).
+pub const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(30);
+
+/// The pause before delivery `delivery + 1` of a request whose handler asked for a retry
+/// without a delay (see [`RETRY_BACKOFF_FIRST`]).
+pub fn retry_backoff(delivery: u32) -> Duration {
+    let doublings = delivery.saturating_sub(1).min(16);
+    RETRY_BACKOFF_FIRST
+        .saturating_mul(1 << doublings)
+        .min(RETRY_BACKOFF_MAX)
+}
+
 /// Default `--start-timeout`: how long an `--exec` child may take to say hello.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -168,12 +188,18 @@ impl External {
     }
 
     /// Hands one request over and waits for its outcome (at most the handler timeout:
-    /// past it, the request is handed back with a retry).
+    /// past it, the request is handed back with a retry). A retry without a delay of its
+    /// own is delayed by [`retry_backoff`].
     pub async fn handle(&self, req: Request) -> Result<Body, HandlerError> {
-        match self {
+        let delivery = req.delivery;
+        let outcome = match self {
             External::Exec(p) => p.call(req).await,
             External::Http(c) => c.call(req).await,
-        }
+        };
+        outcome.map_err(|e| match e {
+            HandlerError::Retry(m) => HandlerError::RetryAfter(retry_backoff(delivery), m),
+            other => other,
+        })
     }
 
     /// Stops the children (`--exec`): stdin closed and SIGTERM, SIGKILL after a grace
@@ -191,5 +217,23 @@ impl fmt::Display for External {
             External::Exec(p) => write!(f, "{p}"),
             External::Http(c) => write!(f, "{c}"),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The pause before a retry doubles with each delivery from 250 ms and stops at 30 s,
+    /// whatever the count (no overflow for a request delivered thousands of times).
+    #[test]
+    fn the_pause_before_a_retry_doubles_up_to_its_cap() {
+        let ms = |d| retry_backoff(d).as_millis();
+        assert_eq!(
+            [ms(0), ms(1), ms(2), ms(3), ms(5)],
+            [250, 250, 500, 1000, 4000]
+        );
+        assert_eq!(ms(8), 30_000);
+        assert_eq!(ms(u32::MAX), 30_000);
     }
 }
