@@ -92,6 +92,7 @@ mod consumer;
 mod error;
 mod ids;
 mod metrics;
+#[cfg(feature = "nitro")]
 pub mod nitro;
 mod producer;
 mod protocol;

@@ -166,18 +166,15 @@ impl Shared {
             .await
     }
 
-    /// [`Shared::blocking_connection`], and on a cluster the node it goes to (see
+    /// A connection of its own for one blocking reader whose commands may take
+    /// `timeout`, and on a cluster the node it goes to (see
     /// [`Endpoint::own_connection_at`]).
     pub(crate) async fn blocking_connection_at(
         &self,
-        block: Duration,
+        timeout: Duration,
     ) -> Result<(OwnConn, Option<String>)> {
         self.endpoint
-            .own_connection_at(
-                &mut self.conn(),
-                &self.keys.stream,
-                block + self.queue.command_timeout,
-            )
+            .own_connection_at(&mut self.conn(), &self.keys.stream, timeout)
             .await
     }
 

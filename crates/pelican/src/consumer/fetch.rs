@@ -1,5 +1,5 @@
-//! The reader's fetches: `XREADGROUP` of new entries and the `MGET` of their stored
-//! bodies (docs/PROTOCOL.md, "Stored bodies"), on the reader's own connection, and split
+//! The reader's fetches: `XREADGROUP` of new entries and, for a wire that stores bodies
+//! apart, the `MGET` of their stored bodies (docs/PROTOCOL.md, "Stored bodies"), on the reader's own connection, and split
 //! over a few more when there is much to fetch.
 //!
 //! Why more than one connection: Redis writes a client at most 64 KiB per turn of its
@@ -11,7 +11,8 @@
 //! faster without dedup, 1 MB requests 24-26 % faster with it
 //! (docs/benchmarks/2026-12-01-69e5719-reads-in-parts.md).
 
-use super::state::ConsumerState;
+use super::state::State;
+use super::wire::Wire;
 use crate::clock::ms;
 use crate::conn::OwnConn;
 use crate::protocol::entry::{self, RawEntry};
@@ -48,7 +49,7 @@ impl Fetch {
     /// extra connections are).
     pub(super) async fn read(
         &mut self,
-        inner: &ConsumerState,
+        inner: &State<impl Wire>,
         conn: &mut OwnConn,
         count: usize,
         block: Option<Duration>,
@@ -84,16 +85,18 @@ impl Fetch {
     /// and are reclaimed.
     pub(super) async fn bodies(
         &mut self,
-        inner: &ConsumerState,
+        inner: &State<impl Wire>,
         conn: &mut OwnConn,
         entries: &mut [RawEntry],
     ) -> RedisResult<()> {
+        let Some(keys) = inner.wire.stored_bodies() else {
+            return Ok(());
+        };
         let at = entry::stored_bodies(entries);
         if at.is_empty() {
             return Ok(());
         }
         let parts = self.parts(inner, at.len(), at.len() * self.body_mean).await;
-        let keys = &inner.shared.keys;
         let chunks: Vec<&[usize]> = split(at.len(), parts)
             .map(|(from, n)| &at[from..from + n])
             .collect();
@@ -119,11 +122,11 @@ impl Fetch {
     /// How many parts a fetch of `items` worth `bytes` in all is split into
     /// ([`crate::conn::split_parts`]), and no more than there are connections (extra
     /// ones are opened here; fewer parts if one cannot be).
-    async fn parts(&mut self, inner: &ConsumerState, items: usize, bytes: usize) -> usize {
+    async fn parts(&mut self, inner: &State<impl Wire>, items: usize, bytes: usize) -> usize {
         let parts = crate::conn::split_parts(items, bytes);
-        let sh = &inner.shared;
+        let wire = &inner.wire;
         while self.extra.len() + 1 < parts {
-            match sh.own_connection(sh.queue.command_timeout).await {
+            match wire.own_connection(wire.command_timeout()).await {
                 Ok(c) => self.extra.push(c),
                 Err(e) => {
                     tracing::debug!(error = %format_args!("{e:#}"), "no extra connection for the reader; fetching in fewer parts");
@@ -161,18 +164,17 @@ fn split(n: usize, parts: usize) -> impl Iterator<Item = (usize, usize)> {
 
 /// `XREADGROUP` of up to `count` new entries for this consumer, waiting up to `block`
 /// for one (`None`: answers at once).
-fn read_command(inner: &ConsumerState, count: usize, block: Option<Duration>) -> Cmd {
-    let keys = &inner.shared.keys;
+fn read_command(inner: &State<impl Wire>, count: usize, block: Option<Duration>) -> Cmd {
     let mut cmd = redis::cmd("XREADGROUP");
     cmd.arg("GROUP")
-        .arg(&keys.group)
+        .arg(inner.wire.group())
         .arg(&inner.name)
         .arg("COUNT")
         .arg(count);
     if let Some(block) = block {
         cmd.arg("BLOCK").arg(ms(block));
     }
-    cmd.arg("STREAMS").arg(&keys.stream).arg(">");
+    cmd.arg("STREAMS").arg(inner.wire.stream()).arg(">");
     cmd
 }
 

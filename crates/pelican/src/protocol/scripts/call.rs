@@ -27,6 +27,7 @@ enum Lua<'s> {
     /// A function of pelican's library.
     Function,
     /// A script of its own (the Nitro format's).
+    #[cfg_attr(not(feature = "nitro"), allow(dead_code))]
     Script(&'s Script),
 }
 
@@ -47,6 +48,7 @@ impl<'s, R> ScriptCall<'s, R> {
     }
 
     /// A call of `script`, sent with `EVALSHA` (the Nitro format's scripts).
+    #[cfg(feature = "nitro")]
     pub(crate) fn script(
         script: &'s Script,
         keys: &[&str],

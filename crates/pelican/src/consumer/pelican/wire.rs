@@ -1,0 +1,450 @@
+//! pelican's own wire behind the consumer core: entries with a `head` field and a body
+//! (in the entry, or stored beside the stream), outcomes written by `complete.lua` to the
+//! request index and the producers' reply streams (large responses stored beside the
+//! stream, in one transaction with the call: `atomic.rs`), dead letters, leases renewed
+//! by `renew.lua`, idle work taken over by `reclaim.lua` (a request's last delivery run
+//! alone), the janitor.
+
+use super::delivery::Job;
+use crate::clock::{ms, now_ms};
+use crate::codec::Codec;
+use crate::config::ConsumerConfig;
+use crate::conn::framed::StoredBody;
+use crate::conn::{Conn, OwnConn};
+use crate::consumer::wire::{Admit, Reclaimed, Settings, Wire, Written};
+use crate::consumer::LeaseLost;
+use crate::error::{Error, ErrorKind, Result};
+use crate::metrics::Metrics;
+use crate::protocol::entry::{Producers, RawEntry, Request};
+use crate::protocol::keys::Keys;
+use crate::protocol::outcome::{Outcome, STORED_ANSWER_MIN};
+use crate::protocol::scripts::{
+    self, Complete, CompleteEntry, Completed, Reclaim, Reject, Renew, ScriptCall,
+};
+use crate::shared::Shared;
+use serde::{de::DeserializeOwned, Serialize};
+use std::marker::PhantomData;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Semaphore;
+
+/// How much longer than the result ttl a stored answer is kept: a waiter told of it just
+/// before its outcome expires still finds it.
+const ANSWER_GRACE_MS: u64 = 60_000;
+
+/// One partition of a queue, read with codec `C`.
+pub(crate) struct Pelican<C> {
+    pub(crate) shared: Arc<Shared>,
+    max_deliveries: u32,
+    /// This consumer's part of the names of its stored answers, random: a name is never
+    /// used twice, by this consumer or another, or by this one after a restart.
+    answer_token: String,
+    next_answer: AtomicU64,
+    _codec: PhantomData<fn() -> C>,
+}
+
+impl<C: Codec> Pelican<C> {
+    pub(crate) fn new(shared: Arc<Shared>, config: &ConsumerConfig) -> Pelican<C> {
+        Pelican {
+            shared,
+            max_deliveries: config.max_deliveries,
+            answer_token: crate::ids::random_id()[..16].to_string(),
+            next_answer: AtomicU64::new(1),
+            _codec: PhantomData,
+        }
+    }
+
+    /// A new name for a stored answer of entry `sid` (see `lib.lua`, "stored answer").
+    fn answer_name(&self, sid: &str) -> String {
+        let n = self.next_answer.fetch_add(1, Ordering::Relaxed);
+        format!("a{sid}.{}.{n}", self.answer_token)
+    }
+
+    /// Runs a script call on the writer's own connection, after the SETs of `answers` in
+    /// the same write and the same transaction (`atomic.rs`), opening the connection
+    /// when needed ([`crate::conn::on_own`]: one that failed, or whose partition's slot
+    /// is served elsewhere now, is dropped, and the next call opens a new one).
+    async fn eval_own<R>(
+        &self,
+        conn: &mut Option<OwnConn>,
+        call: &ScriptCall<'_, R>,
+        answers: &[StoredBody<'_>],
+    ) -> redis::RedisResult<R> {
+        let sh = &self.shared;
+        let open = async || sh.own_connection(sh.queue.command_timeout).await;
+        crate::conn::on_own(conn, open, async |c| {
+            if answers.is_empty() {
+                call.invoke_on(c, &mut sh.conn()).await
+            } else {
+                super::atomic::invoke_with_answers(call, c, &mut sh.conn(), answers).await
+            }
+        })
+        .await
+    }
+}
+
+/// What an entry let through keeps for its job: the request's head and trace context.
+pub(crate) struct Admitted {
+    req: Request,
+    tp: Option<Arc<str>>,
+}
+
+/// An outcome to record for one entry, with what `complete.lua` needs of the entry.
+pub(crate) struct Finish {
+    rid: Arc<str>,
+    from: Arc<str>,
+    deadline_ms: u64,
+    indexed: bool,
+    stored_body: bool,
+    small: bool,
+    /// A response of `STORED_ANSWER_MIN` bytes or more is stored beside the stream
+    /// (docs/PROTOCOL.md, "Stored answers"): SET under a new name in the same write and
+    /// transaction as each call that records it, the outcome naming it. A new name each
+    /// time: a call that failed on the way may have recorded its outcome, and the call
+    /// sent again must not delete that answer when it loses.
+    outcome: Outcome,
+}
+
+impl Finish {
+    fn of(job: &Job, outcome: Outcome) -> Finish {
+        Finish {
+            rid: job.rid.clone(),
+            from: job.from.clone(),
+            deadline_ms: job.deadline_ms,
+            indexed: job.indexed,
+            stored_body: job.stored_body,
+            small: job.small,
+            outcome,
+        }
+    }
+}
+
+impl<C: Codec> Wire for Pelican<C> {
+    type Job = Job;
+    type Admitted = Admitted;
+    type Finish = Finish;
+    type ReadState = Producers;
+
+    fn stream(&self) -> &str {
+        &self.shared.keys.stream
+    }
+
+    fn group(&self) -> &str {
+        &self.shared.keys.group
+    }
+
+    fn conn(&self) -> Conn {
+        self.shared.conn()
+    }
+
+    fn metrics(&self) -> &Metrics {
+        &self.shared.metrics
+    }
+
+    fn command_timeout(&self) -> Duration {
+        self.shared.queue.command_timeout
+    }
+
+    async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
+        self.shared.own_connection(timeout).await
+    }
+
+    async fn blocking_connection(&self, timeout: Duration) -> Result<(OwnConn, Option<String>)> {
+        self.shared.blocking_connection_at(timeout).await
+    }
+
+    fn write_gate(&self) -> Arc<Semaphore> {
+        self.shared.node.writes.clone()
+    }
+
+    fn reader_client(&self, consumer: &str) -> String {
+        self.shared.keys.reader_client(consumer)
+    }
+
+    fn reader_clients(&self) -> String {
+        self.shared.keys.reader_clients()
+    }
+
+    fn stored_bodies(&self) -> Option<&Keys> {
+        Some(&self.shared.keys)
+    }
+
+    async fn ensure_group(&self, _had_group: bool) -> Result<()> {
+        tracing::warn!("the consumer group is gone (Redis restarted or the stream was deleted); creating it again");
+        self.shared.ensure_group().await
+    }
+
+    async fn reclaim(
+        &self,
+        conn: &mut OwnConn,
+        consumer: &str,
+        settings: &Settings,
+        cursor: &str,
+        count: usize,
+        idle: bool,
+    ) -> Result<Reclaimed> {
+        let sh = &self.shared;
+        let r = Reclaim {
+            consumer,
+            min_idle_ms: ms(settings.claim_idle),
+            cursor,
+            count,
+            max_deliveries: self.max_deliveries,
+            now_ms: now_ms(),
+            result_ttl_ms: ms(sh.queue.result_ttl),
+            reply_maxlen: sh.queue.reply_maxlen,
+            dead_maxlen: sh.queue.dead_maxlen,
+            max_body_bytes: sh.queue.max_body_bytes,
+            idle,
+        }
+        .call(&sh.scripts)
+        .invoke_on(conn, &mut sh.conn())
+        .await
+        .map_err(|e| Error::redis("reclaiming idle entries", e))?;
+        if r.dead > 0 {
+            tracing::warn!(
+                n = r.dead,
+                "dead-lettered entries that reached max_deliveries"
+            );
+            sh.metrics.dead_lettered(r.dead);
+        }
+        Ok(Reclaimed {
+            next_cursor: r.next_cursor,
+            claimed: r.claimed,
+            solo: r.solo,
+            waiting_alone: r.waiting > 0,
+        })
+    }
+
+    fn admit<Req: DeserializeOwned>(
+        &self,
+        e: RawEntry,
+        _deliveries: u32,
+        producers: &mut Producers,
+    ) -> Admit<Self, Req> {
+        let tp = crate::trace::from_entry(e.get(crate::trace::FIELD));
+        let mut req = match Request::from_entry(e, self.shared.queue.max_body_bytes, producers) {
+            Ok(r) => r,
+            Err(reason) => return Admit::Reject(reason),
+        };
+        if req.deadline_ms < now_ms() {
+            return Admit::Answer(Finish {
+                rid: req.rid,
+                from: req.from,
+                deadline_ms: req.deadline_ms,
+                indexed: req.indexed,
+                stored_body: req.stored_body,
+                small: req.small,
+                outcome: Outcome::Expired("deadline passed before a consumer started it".into()),
+            });
+        }
+        match req.decode_body::<C, Req>() {
+            Ok(value) => Admit::Handle {
+                req: value,
+                admitted: Admitted { req, tp },
+                tag: None,
+            },
+            Err(err) => Admit::Reject(format!("undecodable body: {err}")),
+        }
+    }
+
+    async fn reject(&self, consumer: &str, sid: &str, reason: &str, deliveries: u32) {
+        let sh = &self.shared;
+        tracing::warn!(entry = sid, reason, "dead-lettering a malformed entry");
+        let r = Reject {
+            consumer,
+            sid,
+            reason,
+            deliveries,
+            now_ms: now_ms(),
+            result_ttl_ms: ms(sh.queue.result_ttl),
+            reply_maxlen: sh.queue.reply_maxlen,
+            dead_maxlen: sh.queue.dead_maxlen,
+            max_body_bytes: sh.queue.max_body_bytes,
+        }
+        .call(&sh.scripts)
+        .invoke(&mut sh.conn())
+        .await;
+        match r {
+            Ok(true) => sh.metrics.dead_lettered(1),
+            Ok(false) => {}
+            Err(e) => {
+                tracing::warn!(error = %format_args!("{e:#}"), entry = sid, "could not dead-letter; it will be reclaimed and tried again")
+            }
+        }
+    }
+
+    fn job(&self, a: Admitted, sid: Arc<str>, deliveries: u32, lease: LeaseLost) -> Job {
+        let Admitted { req, tp } = a;
+        Job {
+            sid,
+            rid: req.rid,
+            from: req.from,
+            indexed: req.indexed,
+            stored_body: req.stored_body,
+            small: req.small,
+            deliveries,
+            deadline_ms: req.deadline_ms,
+            submitted_ms: req.submitted_ms,
+            tp,
+            lease,
+        }
+    }
+
+    fn entry_id(job: &Job) -> &Arc<str> {
+        &job.sid
+    }
+
+    fn span(&self, job: &Job) -> tracing::Span {
+        let span = tracing::info_span!(
+            "pelican.handle",
+            queue = %self.shared.queue.name,
+            rid = %job.request_id(),
+            delivery = job.delivery_count(),
+        );
+        crate::trace::continue_from(&span, job.trace_parent());
+        span
+    }
+
+    fn respond<Resp: Serialize>(&self, job: &Job, resp: &Resp) -> (Finish, Option<Error>) {
+        let max = self.shared.queue.max_body_bytes;
+        let (outcome, err) = match C::encode(resp) {
+            Err(e) => {
+                let err = Error::codec("encoding the response", e);
+                let o = Outcome::Remote(format!(
+                    "the handler's response could not be encoded: {err:#}"
+                ));
+                (o, Some(err))
+            }
+            Ok(body) if body.len() > max => {
+                let msg = format!(
+                    "the response body is {} bytes; max_body_bytes is {max}",
+                    body.len()
+                );
+                (
+                    Outcome::Remote(msg.clone()),
+                    Some(Error::new(ErrorKind::TooLarge, msg)),
+                )
+            }
+            Ok(body) => (Outcome::Ok(body), None),
+        };
+        (Finish::of(job, outcome), err)
+    }
+
+    fn fail(&self, job: &Job, message: String) -> Finish {
+        Finish::of(job, Outcome::Remote(message))
+    }
+
+    fn label(finish: &Finish) -> &'static str {
+        finish.outcome.label()
+    }
+
+    async fn complete(
+        &self,
+        conn: &mut Option<OwnConn>,
+        batch: &[(&Arc<str>, &Finish)],
+    ) -> Result<Vec<Written>> {
+        let sh = &self.shared;
+        // Each outcome as sent; a large response stored under a new name, named instead.
+        let ttl_ms = ms(sh.queue.result_ttl) + ANSWER_GRACE_MS;
+        let mut answers: Vec<StoredBody<'_>> = Vec::new();
+        let outcomes: Vec<Vec<u8>> = batch
+            .iter()
+            .map(|(sid, f)| match &f.outcome {
+                Outcome::Ok(body) if body.len() >= STORED_ANSWER_MIN => {
+                    let name = self.answer_name(sid);
+                    answers.push(StoredBody {
+                        key: sh.keys.body(&name),
+                        body,
+                        ttl_ms,
+                    });
+                    Outcome::Stored {
+                        len: body.len(),
+                        name,
+                    }
+                    .encode()
+                }
+                o => o.encode(),
+            })
+            .collect();
+        let call = Complete {
+            result_ttl_ms: ms(sh.queue.result_ttl),
+            reply_maxlen: sh.queue.reply_maxlen,
+            now_ms: now_ms(),
+        }
+        .call(
+            &sh.scripts,
+            batch
+                .iter()
+                .zip(&outcomes)
+                .map(|((sid, f), outcome)| CompleteEntry {
+                    sid,
+                    rid: &f.rid,
+                    from: &f.from,
+                    deadline_ms: f.deadline_ms,
+                    indexed: f.indexed,
+                    stored_body: f.stored_body,
+                    small: f.small,
+                    outcome,
+                }),
+        );
+        let done = self
+            .eval_own(conn, &call, &answers)
+            .await
+            .map_err(|e| Error::redis("writing outcomes", e))?;
+        Ok(done
+            .into_iter()
+            .map(|d| match d {
+                Completed::Recorded => Written::Recorded(0),
+                Completed::Dropped => Written::Dropped,
+                Completed::AnswerMissing => Written::AnswerMissing,
+            })
+            .collect())
+    }
+
+    async fn release(
+        &self,
+        conn: &mut Option<OwnConn>,
+        consumer: &str,
+        idle_ms: u64,
+        sids: &[Arc<str>],
+    ) -> Result<()> {
+        let call = scripts::Release { consumer, idle_ms }
+            .call(&self.shared.scripts, sids.iter().map(|s| &**s));
+        self.eval_own(conn, &call, &[])
+            .await
+            .map_err(|e| Error::redis("releasing entries", e))?;
+        Ok(())
+    }
+
+    async fn release_all(&self, consumer: &str, idle_ms: u64) -> redis::RedisResult<u64> {
+        let sh = &self.shared;
+        scripts::Release { consumer, idle_ms }
+            .call(&sh.scripts, [])
+            .invoke(&mut sh.conn())
+            .await
+    }
+
+    async fn renew(
+        &self,
+        consumer: &str,
+        held: &[(Arc<str>, Option<Arc<str>>)],
+    ) -> redis::RedisResult<Vec<String>> {
+        let sh = &self.shared;
+        Renew { consumer }
+            .call(&sh.scripts, held.iter().map(|(s, _)| &**s))
+            .invoke(&mut sh.conn())
+            .await
+    }
+
+    fn upkeep_interval(&self) -> Duration {
+        self.shared.queue.janitor_interval
+    }
+
+    async fn upkeep(&self, consumer: &str) {
+        if let Err(e) = self.shared.janitor(consumer).await {
+            tracing::debug!(error = %format_args!("{e:#}"), "janitor failed");
+        }
+    }
+}
