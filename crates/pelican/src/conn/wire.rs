@@ -20,7 +20,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 mod streams;
-pub(crate) use streams::Streams;
+pub(crate) use streams::{FieldNames, Streams};
 
 /// Longest bulk string a reply may claim: Redis' own `proto-max-bulk-len` default, so
 /// no value Redis stores can exceed it.
@@ -151,11 +151,16 @@ impl LeanConn {
     }
 
     /// Sends a stream read (`XREADGROUP`, `XREAD`) and reads its reply straight into
-    /// entries ([`streams::read_streams`]). Errors as for [`LeanConn::query`].
-    pub(crate) async fn query_streams(&mut self, cmd: &redis::Cmd) -> RedisResult<Streams> {
+    /// entries ([`streams::read_streams`]; field names among `names` static). Errors as
+    /// for [`LeanConn::query`].
+    pub(crate) async fn query_streams(
+        &mut self,
+        cmd: &redis::Cmd,
+        names: FieldNames,
+    ) -> RedisResult<Streams> {
         let packed = cmd.get_packed_command();
         self.exchange(&[&packed], async |r, line| {
-            streams::read_streams(r, line).await
+            streams::read_streams(r, line, names).await
         })
         .await?
     }

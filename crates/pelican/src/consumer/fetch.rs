@@ -15,7 +15,8 @@ use super::state::State;
 use super::wire::Wire;
 use crate::clock::ms;
 use crate::conn::OwnConn;
-use crate::protocol::entry::{self, RawEntry};
+use crate::protocol::entry::RawEntry;
+use crate::protocol::stored;
 use futures_util::future::try_join_all;
 use redis::{Cmd, RedisResult};
 use std::time::Duration;
@@ -47,9 +48,9 @@ impl Fetch {
     /// trip), this one is split into parts sent at once, none of them waiting; if those
     /// find nothing, one read waits for `block`. On an error, `conn` must be dropped (the
     /// extra connections are).
-    pub(super) async fn read(
+    pub(super) async fn read<W: Wire>(
         &mut self,
-        inner: &State<impl Wire>,
+        inner: &State<W>,
         conn: &mut OwnConn,
         count: usize,
         block: Option<Duration>,
@@ -62,13 +63,15 @@ impl Fetch {
                 .map(|(_, n)| read_command(inner, n, None))
                 .collect();
             let replies = self
-                .run(conn, &cmds, async |c, cmd| c.query_streams(cmd).await)
+                .run(conn, &cmds, async |c, cmd| {
+                    c.query_streams(cmd, W::FIELD_NAMES).await
+                })
                 .await?;
             entries.extend(replies.into_iter().flatten().flat_map(|(_, e)| e));
         }
         if parts == 1 || (entries.is_empty() && block.is_some()) {
             let reply = conn
-                .query_streams(&read_command(inner, count, block))
+                .query_streams(&read_command(inner, count, block), W::FIELD_NAMES)
                 .await?;
             entries = reply.into_iter().flat_map(|(_, e)| e).collect();
         }
@@ -92,7 +95,7 @@ impl Fetch {
         let Some(keys) = inner.wire.stored_bodies() else {
             return Ok(());
         };
-        let at = entry::stored_bodies(entries);
+        let at = stored::stored_bodies(entries);
         if at.is_empty() {
             return Ok(());
         }
@@ -102,13 +105,13 @@ impl Fetch {
             .collect();
         let cmds: Vec<Cmd> = chunks
             .iter()
-            .map(|c| entry::mget_bodies(keys, entries, c))
+            .map(|c| stored::mget_bodies(keys, entries, c))
             .collect();
-        for (chunk, reply) in chunks.iter().zip(
-            self.run(conn, &cmds, async |c, cmd| c.query(cmd).await)
-                .await?,
-        ) {
-            entry::attach_bodies(entries, chunk, reply);
+        let replies = self
+            .run(conn, &cmds, async |c, cmd| c.query(cmd).await)
+            .await?;
+        for (chunk, reply) in chunks.iter().zip(replies) {
+            stored::attach_bodies(entries, chunk, reply);
         }
         let total: usize = at
             .iter()

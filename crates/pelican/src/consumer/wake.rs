@@ -196,7 +196,7 @@ pub(super) async fn read_or_wake<T, W: Wire>(
         };
         let at = due.map(|d| again.map_or(d, |a| a.max(d)));
         // No timer while there is nothing to wake for (most reads).
-        let time_up = async {
+        let time_up = async move {
             match at {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,

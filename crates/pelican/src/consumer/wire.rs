@@ -30,6 +30,8 @@ pub(crate) trait Wire: Send + Sync + Sized + 'static {
     type Finish: Send + Sync + 'static;
     /// The reader's own parsing state, kept across reads.
     type ReadState: Default + Send + 'static;
+    /// The field names of its entries (a read hands them out without a copy).
+    const FIELD_NAMES: crate::conn::wire::FieldNames;
 
     // Where the stream lives.
 

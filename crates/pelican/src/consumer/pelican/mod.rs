@@ -1,7 +1,6 @@
 //! pelican's consumer: the consumer core on pelican's own wire (`wire.rs`), with its
 //! public faces: [`Consumer`], [`Delivery`] and [`Job`] (`delivery.rs`).
 
-mod atomic;
 mod delivery;
 mod wire;
 

@@ -1,7 +1,7 @@
 //! pelican's own wire behind the consumer core: entries with a `head` field and a body
 //! (in the entry, or stored beside the stream), outcomes written by `complete.lua` to the
 //! request index and the producers' reply streams (large responses stored beside the
-//! stream, in one transaction with the call: `atomic.rs`), dead letters, leases renewed
+//! stream, in one transaction with the call: `protocol/stored`), dead letters, leases renewed
 //! by `renew.lua`, idle work taken over by `reclaim.lua` (a request's last delivery run
 //! alone), the janitor.
 
@@ -9,38 +9,32 @@ use super::delivery::Job;
 use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::config::ConsumerConfig;
-use crate::conn::framed::StoredBody;
+use crate::conn::wire::FieldNames;
 use crate::conn::{Conn, OwnConn};
 use crate::consumer::wire::{Admit, Reclaimed, Settings, Wire, Written};
 use crate::consumer::LeaseLost;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Metrics;
-use crate::protocol::entry::{Producers, RawEntry, Request};
+use crate::protocol::entry::{self, Producers, RawEntry, Request};
 use crate::protocol::keys::Keys;
-use crate::protocol::outcome::{Outcome, STORED_ANSWER_MIN};
+use crate::protocol::outcome::Outcome;
 use crate::protocol::scripts::{
     self, Complete, CompleteEntry, Completed, Reclaim, Reject, Renew, ScriptCall,
 };
+use crate::protocol::stored::{self, AnswerNames, StoredBody, ANSWER_GRACE_MS, STORED_ANSWER_MIN};
 use crate::shared::Shared;
 use serde::{de::DeserializeOwned, Serialize};
 use std::marker::PhantomData;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Semaphore;
-
-/// How much longer than the result ttl a stored answer is kept: a waiter told of it just
-/// before its outcome expires still finds it.
-const ANSWER_GRACE_MS: u64 = 60_000;
 
 /// One partition of a queue, read with codec `C`.
 pub(crate) struct Pelican<C> {
     pub(crate) shared: Arc<Shared>,
     max_deliveries: u32,
-    /// This consumer's part of the names of its stored answers, random: a name is never
-    /// used twice, by this consumer or another, or by this one after a restart.
-    answer_token: String,
-    next_answer: AtomicU64,
+    /// The names of its stored answers.
+    answers: AnswerNames,
     _codec: PhantomData<fn() -> C>,
 }
 
@@ -49,20 +43,13 @@ impl<C: Codec> Pelican<C> {
         Pelican {
             shared,
             max_deliveries: config.max_deliveries,
-            answer_token: crate::ids::random_id()[..16].to_string(),
-            next_answer: AtomicU64::new(1),
+            answers: AnswerNames::new(),
             _codec: PhantomData,
         }
     }
 
-    /// A new name for a stored answer of entry `sid` (see `lib.lua`, "stored answer").
-    fn answer_name(&self, sid: &str) -> String {
-        let n = self.next_answer.fetch_add(1, Ordering::Relaxed);
-        format!("a{sid}.{}.{n}", self.answer_token)
-    }
-
     /// Runs a script call on the writer's own connection, after the SETs of `answers` in
-    /// the same write and the same transaction (`atomic.rs`), opening the connection
+    /// the same write and the same transaction (`protocol/stored/atomic.rs`), opening the connection
     /// when needed ([`crate::conn::on_own`]: one that failed, or whose partition's slot
     /// is served elsewhere now, is dropped, and the next call opens a new one).
     async fn eval_own<R>(
@@ -77,7 +64,7 @@ impl<C: Codec> Pelican<C> {
             if answers.is_empty() {
                 call.invoke_on(c, &mut sh.conn()).await
             } else {
-                super::atomic::invoke_with_answers(call, c, &mut sh.conn(), answers).await
+                stored::atomic::invoke_with_answers(call, c, &mut sh.conn(), answers).await
             }
         })
         .await
@@ -99,10 +86,8 @@ pub(crate) struct Finish {
     stored_body: bool,
     small: bool,
     /// A response of `STORED_ANSWER_MIN` bytes or more is stored beside the stream
-    /// (docs/PROTOCOL.md, "Stored answers"): SET under a new name in the same write and
-    /// transaction as each call that records it, the outcome naming it. A new name each
-    /// time: a call that failed on the way may have recorded its outcome, and the call
-    /// sent again must not delete that answer when it loses.
+    /// (`protocol/stored`): SET under a new name ([`AnswerNames`]) in the same write and
+    /// transaction as each call that records it, the outcome naming it.
     outcome: Outcome,
 }
 
@@ -125,6 +110,7 @@ impl<C: Codec> Wire for Pelican<C> {
     type Admitted = Admitted;
     type Finish = Finish;
     type ReadState = Producers;
+    const FIELD_NAMES: FieldNames = &entry::FIELD_NAMES;
 
     fn stream(&self) -> &str {
         &self.shared.keys.stream
@@ -353,7 +339,7 @@ impl<C: Codec> Wire for Pelican<C> {
             .iter()
             .map(|(sid, f)| match &f.outcome {
                 Outcome::Ok(body) if body.len() >= STORED_ANSWER_MIN => {
-                    let name = self.answer_name(sid);
+                    let name = self.answers.next(sid);
                     answers.push(StoredBody {
                         key: sh.keys.body(&name),
                         body,

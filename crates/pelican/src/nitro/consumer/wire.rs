@@ -9,6 +9,7 @@
 
 use super::Job;
 use crate::clock::ms;
+use crate::conn::wire::FieldNames;
 use crate::conn::{Conn, OwnConn};
 use crate::consumer::wire::{Admit, Reclaimed, Settings, Verdict, Wire, Written};
 use crate::consumer::LeaseLost;
@@ -126,6 +127,7 @@ impl Wire for Nitro {
     type Admitted = Option<Arc<str>>;
     type Finish = Finish;
     type ReadState = ();
+    const FIELD_NAMES: FieldNames = &[b"msg"];
 
     fn stream(&self) -> &str {
         &self.link.keys.stream
