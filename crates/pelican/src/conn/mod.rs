@@ -336,15 +336,14 @@ impl OwnConn {
     }
 
     /// Runs a stream read (`XREADGROUP`, `XREAD`): each stream's name with its entries
-    /// (on a lean connection, field names among `names` static). Errors as for
+    /// (on a lean connection, field names among `F`'s static). Errors as for
     /// [`OwnConn::query`].
-    pub(crate) async fn query_streams(
+    pub(crate) async fn query_streams<F: wire::FieldNames>(
         &mut self,
         cmd: &redis::Cmd,
-        names: wire::FieldNames,
     ) -> redis::RedisResult<wire::Streams> {
         match self {
-            OwnConn::Lean(c) => c.query_streams(cmd, names).await,
+            OwnConn::Lean(c) => c.query_streams::<F>(cmd).await,
             OwnConn::Client(c) => Ok(reply::read_into_streams(cmd.query_async(c).await?)
                 .into_iter()
                 .map(|(name, entries)| (name.into(), entries))

@@ -64,14 +64,14 @@ impl Fetch {
                 .collect();
             let replies = self
                 .run(conn, &cmds, async |c, cmd| {
-                    c.query_streams(cmd, W::FIELD_NAMES).await
+                    c.query_streams::<W::Fields>(cmd).await
                 })
                 .await?;
             entries.extend(replies.into_iter().flatten().flat_map(|(_, e)| e));
         }
         if parts == 1 || (entries.is_empty() && block.is_some()) {
             let reply = conn
-                .query_streams(&read_command(inner, count, block), W::FIELD_NAMES)
+                .query_streams::<W::Fields>(&read_command(inner, count, block))
                 .await?;
             entries = reply.into_iter().flat_map(|(_, e)| e).collect();
         }

@@ -66,8 +66,12 @@ impl Leases {
     pub(crate) fn forget<'a>(&self, sids: impl IntoIterator<Item = &'a Arc<str>>) {
         let mut held = self.held.lock().unwrap();
         for sid in sids {
-            if held.get(sid).is_some_and(|h| h.finishing) {
-                held.remove(sid);
+            // One lookup for the common case (still the one finished); one held again
+            // meanwhile goes back.
+            if let Some((sid, h)) = held.remove_entry(sid) {
+                if !h.finishing {
+                    held.insert(sid, h);
+                }
             }
         }
     }

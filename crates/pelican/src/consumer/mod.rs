@@ -105,16 +105,7 @@ where
                 wake: wake.clone(),
                 several,
             });
-            // Register the consumer now: Redis 7.0 creates it only at its first delivery,
-            // and an operator should see an idle worker. Best effort: a missing group is
-            // created by the reader.
-            let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
-                .arg("CREATECONSUMER")
-                .arg(st.wire.stream())
-                .arg(st.wire.group())
-                .arg(&st.name)
-                .query_async(&mut st.wire.conn())
-                .await;
+            register(&*st.wire, &st.name).await;
             // Not aborted with the others: dropped without `shutdown`, the consumer still
             // writes the outcomes and releases already handed to the writer (it ends once
             // every delivery is answered or dropped).
@@ -173,27 +164,18 @@ where
         if let Some(e) = self.tasks.failure() {
             return Err(e);
         }
-        let stop = self.first().stop.clone();
+        // The stop borrowed, not cloned: a token's clone takes its tree's lock.
+        let stop = &self.parts[0].stop;
         tokio::select! {
             d = self.rx.recv() => match d {
                 Some(d) => Ok(Some(d)),
                 None if stop.is_cancelled() => Ok(None),
                 // The reader is gone without a stop: it panicked (the failure is recorded
                 // right after its unwinding dropped the channel).
-                None => Err(self.reader_failure().await),
+                None => Err(reader_failure(&self.tasks).await),
             },
             _ = stop.cancelled() => Ok(None),
             e = self.tasks.failed() => Err(e),
-        }
-    }
-
-    async fn reader_failure(&self) -> Error {
-        match tokio::time::timeout(Duration::from_secs(1), self.tasks.failed()).await {
-            Ok(e) => e,
-            Err(_) => Error::new(
-                ErrorKind::Internal,
-                "the consumer's reader stopped without being asked to",
-            ),
         }
     }
 
@@ -264,6 +246,30 @@ where
             part.leases.cancel_all();
         }
     }
+}
+
+/// The failure of a reader gone without a stop (it panicked).
+async fn reader_failure(tasks: &TaskSet) -> Error {
+    match tokio::time::timeout(Duration::from_secs(1), tasks.failed()).await {
+        Ok(e) => e,
+        Err(_) => Error::new(
+            ErrorKind::Internal,
+            "the consumer's reader stopped without being asked to",
+        ),
+    }
+}
+
+/// Registers consumer `name` in the group (`XGROUP CREATECONSUMER`): Redis 7.0 creates a
+/// consumer only at its first delivery, and an operator should see an idle worker. Best
+/// effort: a missing group is created by the reader, which registers it then.
+async fn register<W: Wire>(wire: &W, name: &str) {
+    let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
+        .arg("CREATECONSUMER")
+        .arg(wire.stream())
+        .arg(wire.group())
+        .arg(name)
+        .query_async(&mut wire.conn())
+        .await;
 }
 
 /// Releases everything the consumer still owns in a partition (including entries a

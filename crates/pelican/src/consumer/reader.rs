@@ -277,9 +277,12 @@ fn is_nogroup(e: &Error) -> bool {
 /// The stream or its group is gone (deleted, flushed, a restart without persistence), or
 /// not there yet: the wire creates the group.
 async fn ensure_group<W: Wire>(inner: &State<W>, had_group: bool, backoff: &mut Backoff) {
-    if let Err(e) = inner.wire.ensure_group(had_group).await {
-        tracing::warn!(error = %format_args!("{e:#}"), "cannot create the consumer group");
-        wait_or_stop(inner, backoff.next()).await;
+    match inner.wire.ensure_group(had_group).await {
+        Ok(()) => super::register(&*inner.wire, &inner.name).await,
+        Err(e) => {
+            tracing::warn!(error = %format_args!("{e:#}"), "cannot create the consumer group");
+            wait_or_stop(inner, backoff.next()).await;
+        }
     }
 }
 
@@ -451,15 +454,9 @@ async fn admit_all<W, Req>(
                 permit,
             }),
             Admit::Handle { req, admitted, tag } => {
-                let ready = Ready {
-                    sid,
-                    req,
-                    admitted,
-                    tag,
-                    deliveries,
-                    permit,
-                };
-                deliver(inner, tx, ready, alone).await;
+                let lease = inner.leases.hold(&sid, tag);
+                let job = wire.job(admitted, sid, deliveries, LeaseLost(lease));
+                deliver(inner, tx, req, job, permit, alone).await;
             }
             Admit::Answer(finish) => inner.writer.send(WriteJob::Complete(Completion {
                 sid,
@@ -484,7 +481,9 @@ async fn admit_all<W, Req>(
                 match v {
                     Verdict::Solve => {
                         let alone = solo == Some(&*r.sid);
-                        deliver(inner, tx, r, alone).await;
+                        let lease = inner.leases.hold(&r.sid, r.tag);
+                        let job = wire.job(r.admitted, r.sid, r.deliveries, LeaseLost(lease));
+                        deliver(inner, tx, r.req, job, r.permit, alone).await;
                     }
                     Verdict::Joined => m.joined(1),
                     Verdict::Cached => m.cached(1),
@@ -514,25 +513,19 @@ async fn admit_all<W, Req>(
     }
 }
 
-/// Hands one entry let through to the handlers. `alone`: see [`admit_all`].
+/// Hands one entry let through, held now (`job`), to the handlers. `alone`: see
+/// [`admit_all`].
 async fn deliver<W, Req>(
     inner: &State<W>,
     tx: &mpsc::Sender<Delivery<W, Req>>,
-    r: Ready<W, Req>,
+    req: Req,
+    job: W::Job,
+    mut permit: OwnedSemaphorePermit,
     alone: bool,
 ) where
     W: Wire,
     Req: Send + 'static,
 {
-    let Ready {
-        sid,
-        req,
-        admitted,
-        tag,
-        deliveries,
-        mut permit,
-    } = r;
-    let lease = inner.leases.hold(&sid, tag);
     if alone {
         // Held (so its lease is renewed) while the work in hand drains.
         let missing = inner.settings.prefetch.saturating_sub(permit.num_permits());
@@ -545,8 +538,14 @@ async fn deliver<W, Req>(
             }
         }
     }
-    let job = inner.wire.job(admitted, sid, deliveries, LeaseLost(lease));
     let d = Delivery::new(inner.writer.clone(), req, job, permit);
+    // The channel holds as many as there are slots: there is room (no wait) unless the
+    // consumer stops.
+    let d = match tx.try_send(d) {
+        Ok(()) => return,
+        Err(mpsc::error::TrySendError::Full(d)) => d,
+        Err(mpsc::error::TrySendError::Closed(d)) => return drop(d),
+    };
     if let Err(mpsc::error::SendError(d)) = tx.send(d).await {
         // Nobody takes deliveries any more (stopping): dropping it releases it.
         drop(d);

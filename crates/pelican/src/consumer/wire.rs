@@ -31,7 +31,7 @@ pub(crate) trait Wire: Send + Sync + Sized + 'static {
     /// The reader's own parsing state, kept across reads.
     type ReadState: Default + Send + 'static;
     /// The field names of its entries (a read hands them out without a copy).
-    const FIELD_NAMES: crate::conn::wire::FieldNames;
+    type Fields: crate::conn::wire::FieldNames;
 
     // Where the stream lives.
 

@@ -4,6 +4,7 @@
 use super::state::Inner;
 use crate::clock::ms;
 use crate::conn::retry::Backoff;
+use crate::conn::wire::NoNames;
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 use std::sync::atomic::Ordering;
@@ -70,7 +71,7 @@ pub(super) async fn reply_reader(parts: Vec<(std::sync::Weak<Inner>, String)>) {
                 .arg(&keys)
                 .arg(&last_ids);
             // Its entries' field names are request ids: none is worth keeping static.
-            let r = conn.query_streams(&cmd, &[]).await;
+            let r = conn.query_streams::<NoNames>(&cmd).await;
             if weaks[0].strong_count() == 0 {
                 return;
             }

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// The names of the fields of a request entry (docs/PROTOCOL.md, "Entries"), those of
 /// the layout before `head` included (still read): a stream read hands these out as
-/// static `Bytes` (`conn::wire::read_streams`), neither copied nor counted.
+/// static `Bytes` ([`RequestFields`]), neither copied nor counted.
 pub(crate) const FIELD_NAMES: [&[u8]; 9] = [
     b"head",
     b"rid",
@@ -27,6 +27,13 @@ pub(crate) const FIELD_NAMES: [&[u8]; 9] = [
     b"tp",
     b"bref",
 ];
+
+/// A request entry's field names, for a stream read (`conn::wire::read_streams`).
+pub(crate) struct RequestFields;
+
+impl crate::conn::wire::FieldNames for RequestFields {
+    const NAMES: &'static [&'static [u8]] = &FIELD_NAMES;
+}
 
 impl RawEntry {
     /// The request's head, from its `head` field or, in the layout before it, from the

@@ -9,7 +9,6 @@ use super::delivery::Job;
 use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::config::ConsumerConfig;
-use crate::conn::wire::FieldNames;
 use crate::conn::{Conn, OwnConn};
 use crate::consumer::wire::{Admit, Reclaimed, Settings, Wire, Written};
 use crate::consumer::LeaseLost;
@@ -71,9 +70,16 @@ impl<C: Codec> Pelican<C> {
     }
 }
 
-/// What an entry let through keeps for its job: the request's head and trace context.
+/// What an entry let through keeps for its job: the request's head (its body decoded
+/// apart) and trace context.
 pub(crate) struct Admitted {
-    req: Request,
+    rid: Arc<str>,
+    from: Arc<str>,
+    indexed: bool,
+    stored_body: bool,
+    small: bool,
+    deadline_ms: u64,
+    submitted_ms: u64,
     tp: Option<Arc<str>>,
 }
 
@@ -110,7 +116,7 @@ impl<C: Codec> Wire for Pelican<C> {
     type Admitted = Admitted;
     type Finish = Finish;
     type ReadState = Producers;
-    const FIELD_NAMES: FieldNames = &entry::FIELD_NAMES;
+    type Fields = entry::RequestFields;
 
     fn stream(&self) -> &str {
         &self.shared.keys.stream
@@ -228,7 +234,16 @@ impl<C: Codec> Wire for Pelican<C> {
         match req.decode_body::<C, Req>() {
             Ok(value) => Admit::Handle {
                 req: value,
-                admitted: Admitted { req, tp },
+                admitted: Admitted {
+                    rid: req.rid,
+                    from: req.from,
+                    indexed: req.indexed,
+                    stored_body: req.stored_body,
+                    small: req.small,
+                    deadline_ms: req.deadline_ms,
+                    submitted_ms: req.submitted_ms,
+                    tp,
+                },
                 tag: None,
             },
             Err(err) => Admit::Reject(format!("undecodable body: {err}")),
@@ -262,18 +277,17 @@ impl<C: Codec> Wire for Pelican<C> {
     }
 
     fn job(&self, a: Admitted, sid: Arc<str>, deliveries: u32, lease: LeaseLost) -> Job {
-        let Admitted { req, tp } = a;
         Job {
             sid,
-            rid: req.rid,
-            from: req.from,
-            indexed: req.indexed,
-            stored_body: req.stored_body,
-            small: req.small,
+            rid: a.rid,
+            from: a.from,
+            indexed: a.indexed,
+            stored_body: a.stored_body,
+            small: a.small,
             deliveries,
-            deadline_ms: req.deadline_ms,
-            submitted_ms: req.submitted_ms,
-            tp,
+            deadline_ms: a.deadline_ms,
+            submitted_ms: a.submitted_ms,
+            tp: a.tp,
             lease,
         }
     }

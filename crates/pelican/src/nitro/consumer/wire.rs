@@ -86,6 +86,13 @@ impl Nitro {
     }
 }
 
+/// The one field of a Nitro entry.
+pub(crate) struct MsgField;
+
+impl FieldNames for MsgField {
+    const NAMES: &'static [&'static [u8]] = &[b"msg"];
+}
+
 /// Who wrote an answer: the handler (it answers every entry of the body's dedup job), or
 /// the retry limit (it ends the job only when the entry is the job's solver).
 #[derive(Clone, Copy)]
@@ -127,7 +134,7 @@ impl Wire for Nitro {
     type Admitted = Option<Arc<str>>;
     type Finish = Finish;
     type ReadState = ();
-    const FIELD_NAMES: FieldNames = &[b"msg"];
+    type Fields = MsgField;
 
     fn stream(&self) -> &str {
         &self.link.keys.stream

@@ -11,7 +11,11 @@ use bytes::Bytes;
 type StreamsReply = Vec<(Vec<u8>, Vec<(String, Option<Vec<(Vec<u8>, Vec<u8>)>>)>)>;
 
 /// Field names a read hands out as static (a request entry's, for instance).
-const NAMES: crate::conn::wire::FieldNames = &[b"head", b"body", b"tp", b"bref"];
+struct Names;
+
+impl crate::conn::wire::FieldNames for Names {
+    const NAMES: &'static [&'static [u8]] = &[b"head", b"body", b"tp", b"bref"];
+}
 
 fn streams_reply(streams: &StreamsReply) -> Reply {
     let bulk = |b: &[u8]| Reply::Bulk(b.to_vec());
@@ -41,7 +45,7 @@ fn streams_reply(streams: &StreamsReply) -> Reply {
 /// error as one).
 fn read_streams_bytes(bytes: &[u8], cap: usize) -> RedisResult<Streams> {
     let mut r = BufReader::with_capacity(cap, bytes);
-    read_streams(&mut r, &mut Vec::new(), NAMES)
+    read_streams::<_, Names>(&mut r, &mut Vec::new())
         .now_or_never()
         .expect("the reader waited on input that had ended")
         .and_then(|r| r)
@@ -199,7 +203,7 @@ async fn a_stream_read_on_a_real_server_reads_as_through_the_client_library() {
         .collect();
     assert_eq!(want[0].1.len(), 50);
     let mut c = lean(&server.url(), Duration::from_secs(5)).await;
-    let ours = c.query_streams(&read(), NAMES).await.unwrap();
+    let ours = c.query_streams::<Names>(&read()).await.unwrap();
     assert_eq!(plain(ours), plain(want));
     // A server error leaves it usable; a read that finds nothing is empty.
     let mut bad = redis::cmd("XREADGROUP");
@@ -210,12 +214,12 @@ async fn a_stream_read_on_a_real_server_reads_as_through_the_client_library() {
         .arg("s")
         .arg(">");
     assert_eq!(
-        c.query_streams(&bad, NAMES).await.unwrap_err().code(),
+        c.query_streams::<Names>(&bad).await.unwrap_err().code(),
         Some("NOGROUP")
     );
     let mut none = redis::cmd("XREAD");
     none.arg("STREAMS").arg("s").arg("$");
-    assert!(c.query_streams(&none, NAMES).await.unwrap().is_empty());
+    assert!(c.query_streams::<Names>(&none).await.unwrap().is_empty());
     assert_eq!(
         c.query(&ping()).await.unwrap(),
         Value::SimpleString("PONG".into())
