@@ -168,18 +168,6 @@ impl Shared {
             .await
     }
 
-    /// A connection of its own for one blocking reader whose commands may take
-    /// `timeout`, and on a cluster the node it goes to (see
-    /// [`Endpoint::own_connection_at`]).
-    pub(crate) async fn blocking_connection_at(
-        &self,
-        timeout: Duration,
-    ) -> Result<(OwnConn, Option<String>)> {
-        self.endpoint
-            .own_connection_at(&mut self.conn(), &self.keys.stream, timeout)
-            .await
-    }
-
     /// A connection of its own for a task that sends one command at a time.
     pub(crate) async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
         self.endpoint

@@ -147,7 +147,8 @@ impl<W: Wire, Req> Delivery<W, Req> {
         self.answered = true;
         self.writer
             .wire
-            .metrics()
+            .place()
+            .metrics
             .handler_duration(self.received.elapsed());
         let slot = self.slot_unless(ack.is_some());
         self.writer.send(WriteJob::Complete(Completion {

@@ -127,9 +127,9 @@ impl Fetch {
     /// ones are opened here; fewer parts if one cannot be).
     async fn parts(&mut self, inner: &State<impl Wire>, items: usize, bytes: usize) -> usize {
         let parts = crate::conn::split_parts(items, bytes);
-        let wire = &inner.wire;
+        let place = inner.wire.place();
         while self.extra.len() + 1 < parts {
-            match wire.own_connection(wire.command_timeout()).await {
+            match place.own_connection(place.command_timeout).await {
                 Ok(c) => self.extra.push(c),
                 Err(e) => {
                     tracing::debug!(error = %format_args!("{e:#}"), "no extra connection for the reader; fetching in fewer parts");
@@ -170,14 +170,14 @@ fn split(n: usize, parts: usize) -> impl Iterator<Item = (usize, usize)> {
 fn read_command(inner: &State<impl Wire>, count: usize, block: Option<Duration>) -> Cmd {
     let mut cmd = redis::cmd("XREADGROUP");
     cmd.arg("GROUP")
-        .arg(inner.wire.group())
+        .arg(&inner.wire.place().group)
         .arg(&inner.name)
         .arg("COUNT")
         .arg(count);
     if let Some(block) = block {
         cmd.arg("BLOCK").arg(ms(block));
     }
-    cmd.arg("STREAMS").arg(inner.wire.stream()).arg(">");
+    cmd.arg("STREAMS").arg(&inner.wire.place().stream).arg(">");
     cmd
 }
 

@@ -116,7 +116,7 @@ pub(crate) async fn renew<W: Wire>(wire: &W, name: &str, leases: &Leases) -> Res
                 tracing::warn!(entry = %sid, consumer = %name, "lease lost: another consumer took the request over, or it was answered elsewhere or withdrawn");
             }
         }
-        wire.metrics().lease_lost(n);
+        wire.place().metrics.lease_lost(n);
     }
     Ok(())
 }

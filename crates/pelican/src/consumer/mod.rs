@@ -194,7 +194,7 @@ where
         }
         // The readers end their reads (cut short, `wake.rs`), and whatever those
         // delivered is released: nothing is left delivered to this consumer unseen.
-        let read_limit = settings.block + self.first().wire.command_timeout();
+        let read_limit = settings.block + self.first().wire.place().command_timeout;
         for exited in &self.readers_exited {
             if tokio::time::timeout(read_limit, exited.cancelled())
                 .await
@@ -263,12 +263,13 @@ async fn reader_failure(tasks: &TaskSet) -> Error {
 /// consumer only at its first delivery, and an operator should see an idle worker. Best
 /// effort: a missing group is created by the reader, which registers it then.
 async fn register<W: Wire>(wire: &W, name: &str) {
+    let place = wire.place();
     let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
         .arg("CREATECONSUMER")
-        .arg(wire.stream())
-        .arg(wire.group())
+        .arg(&place.stream)
+        .arg(&place.group)
         .arg(name)
-        .query_async(&mut wire.conn())
+        .query_async(&mut place.conn.clone())
         .await;
 }
 
@@ -301,12 +302,13 @@ async fn leave<W: Wire>(part: &State<W>) -> Result<u64> {
         wake::wake_others(wire, name).await;
     }
     if released == 0 {
+        let place = wire.place();
         let _: redis::RedisResult<i64> = redis::cmd("XGROUP")
             .arg("DELCONSUMER")
-            .arg(wire.stream())
-            .arg(wire.group())
+            .arg(&place.stream)
+            .arg(&place.group)
             .arg(name)
-            .query_async(&mut wire.conn())
+            .query_async(&mut place.conn.clone())
             .await;
     }
     Ok(released)

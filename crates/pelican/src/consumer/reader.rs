@@ -136,7 +136,7 @@ where
                     }
                     cursor = next_cursor;
                     if !claimed.is_empty() {
-                        inner.wire.metrics().redelivered(claimed.len() as u64);
+                        inner.wire.place().metrics.redelivered(claimed.len() as u64);
                     }
                     admit_all(&inner, &tx, claimed, solo.as_deref(), &mut permits, &mut r).await;
                     if waiting_alone && solo.is_none() && !idle {
@@ -359,7 +359,7 @@ async fn read_ahead<W, Req>(
     if let Some(mean) = RawEntry::mean_size(&entries) {
         r.entry_bytes = mean;
     }
-    inner.wire.metrics().read_ahead(entries.len() as u64);
+    inner.wire.place().metrics.read_ahead(entries.len() as u64);
     let mut permits = Hand(Some(permits));
     let read = entries.into_iter().map(|e| (e, 1)).collect();
     admit_all(inner, tx, read, None, &mut permits, r).await;
@@ -476,7 +476,7 @@ async fn admit_all<W, Req>(
         .collect();
     match wire.join(&inner.name, &pairs).await {
         Ok(verdicts) if verdicts.len() == ready.len() => {
-            let m = wire.metrics();
+            let m = &wire.place().metrics;
             for (r, v) in ready.into_iter().zip(verdicts) {
                 match v {
                     Verdict::Solve => {

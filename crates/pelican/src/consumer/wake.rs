@@ -124,13 +124,13 @@ impl ReaderConn {
         self.conn.is_some()
     }
 
-    /// Opens the connection (a blocking one, `Wire::blocking_connection`), names it and
+    /// Opens the connection (a blocking one, `Place::blocking_connection`), names it and
     /// learns its id.
     pub(super) async fn open<W: Wire>(&mut self, inner: &State<W>) -> Result<()> {
-        let wire = &inner.wire;
-        let timeout = inner.settings.block + wire.command_timeout();
-        let (mut conn, node) = wire.blocking_connection(timeout).await?;
-        let name = wire.reader_client(&inner.name);
+        let place = inner.wire.place();
+        let timeout = inner.settings.block + place.command_timeout;
+        let (mut conn, node) = place.blocking_connection(timeout).await?;
+        let name = place.reader_client(&inner.name);
         self.client = match unblock::identify(&mut conn, &name).await {
             Ok(id) => Some(Client { id, node }),
             // No reply: the connection is no good.
@@ -208,9 +208,9 @@ pub(super) async fn read_or_wake<T, W: Wire>(
             _ = inner.stop.cancelled(), if !stopping => {}
             _ = wake.notify.notified(), if !stopping => {}
             _ = time_up => {
-                let wire = &inner.wire;
+                let place = inner.wire.place();
                 let node = client.node.as_deref();
-                match unblock::unblock(&mut wire.conn(), wire.stream(), node, client.id).await {
+                match unblock::unblock(&mut place.conn.clone(), &place.stream, node, client.id).await {
                     Ok(true) => return read.await,
                     Ok(false) => {
                         again = Some(Instant::now() + pause);
@@ -230,11 +230,12 @@ pub(super) async fn read_or_wake<T, W: Wire>(
 /// they take what this one, `consumer`, released as it left. Best effort: a reader not
 /// woken takes it when its block runs out.
 pub(super) async fn wake_others<W: Wire>(wire: &W, consumer: &str) {
+    let place = wire.place();
     let r = unblock::unblock_named(
-        &mut wire.conn(),
-        wire.stream(),
-        &wire.reader_clients(),
-        &wire.reader_client(consumer),
+        &mut place.conn.clone(),
+        &place.stream,
+        &place.reader_clients,
+        &place.reader_client(consumer),
     )
     .await;
     match r {

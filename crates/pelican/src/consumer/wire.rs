@@ -1,6 +1,7 @@
 //! What the consumer core asks of a wire format: the one trait between the core (slots,
 //! read-ahead, leases, the batching writer, serve, shutdown, wake-ups) and a protocol
-//! (pelican's own, `pelican.rs`; Nitro's, `nitro/consumer/wire.rs`).
+//! (pelican's own, `consumer/pelican/wire.rs`; Nitro's, `nitro/consumer/wire.rs`). Where
+//! the stream lives and how to reach it is a [`Place`], the same for both.
 //!
 //! The core reads entries from one stream of a consumer group, turns each into a
 //! delivery or an answer written at once ([`Wire::admit`]), hands deliveries to
@@ -8,7 +9,7 @@
 //! ([`Wire::release`]); it keeps what it holds alive ([`Wire::renew`]) and takes over idle
 //! work ([`Wire::reclaim`]). A protocol says how each of those is written on its keys.
 
-use crate::conn::{Conn, OwnConn};
+use crate::conn::{Conn, Endpoint, OwnConn};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::protocol::entry::RawEntry;
@@ -33,33 +34,8 @@ pub(crate) trait Wire: Send + Sync + Sized + 'static {
     /// The field names of its entries (a read hands them out without a copy).
     type Fields: crate::conn::wire::FieldNames;
 
-    // Where the stream lives.
-
-    /// The stream's key (on a cluster, its slot decides the node).
-    fn stream(&self) -> &str;
-    /// The consumer group.
-    fn group(&self) -> &str;
-    /// The shared connection.
-    fn conn(&self) -> Conn;
-    /// The metrics of the queue.
-    fn metrics(&self) -> &Metrics;
-    /// How long one command may take.
-    fn command_timeout(&self) -> Duration;
-    /// A connection of one task's own (the writer, the reader's extra fetches).
-    fn own_connection(&self, timeout: Duration) -> impl Future<Output = Result<OwnConn>> + Send;
-    /// A connection for a blocking reader, and on a cluster the node it goes to.
-    fn blocking_connection(
-        &self,
-        timeout: Duration,
-    ) -> impl Future<Output = Result<(OwnConn, Option<String>)>> + Send;
-    /// The writers' turns on the node (one call on the wire per node at a time).
-    fn write_gate(&self) -> Arc<Semaphore>;
-    /// The `CLIENT SETNAME` of consumer `consumer`'s reader connection.
-    fn reader_client(&self, consumer: &str) -> String {
-        format!("{}{consumer}", self.reader_clients())
-    }
-    /// What the names of every reader connection of the stream start with.
-    fn reader_clients(&self) -> String;
+    /// Where its stream lives.
+    fn place(&self) -> &Place;
     /// Where stored bodies live, for a wire that stores them (docs/PROTOCOL.md, "Stored
     /// bodies"): the reader fetches them after a read.
     fn stored_bodies(&self) -> Option<&Keys> {
@@ -180,6 +156,49 @@ pub(crate) trait Wire: Send + Sync + Sized + 'static {
     fn upkeep_interval(&self) -> Duration;
     /// The slow housekeeping of the stream (janitor, removal of gone consumers).
     fn upkeep(&self, consumer: &str) -> impl Future<Output = ()> + Send;
+}
+
+/// Where a wire's stream lives, as the core needs it: its key and group, the shared
+/// connection and how to open a task's own, the metrics, and the writers' turns.
+pub(crate) struct Place {
+    /// The stream's key (on a cluster, its slot decides the node).
+    pub(crate) stream: String,
+    pub(crate) group: String,
+    pub(crate) conn: Conn,
+    pub(crate) endpoint: Endpoint,
+    pub(crate) metrics: Metrics,
+    /// How long one command may take.
+    pub(crate) command_timeout: Duration,
+    /// The writers' turns on the node (one call on the wire per node at a time).
+    pub(crate) write_gate: Arc<Semaphore>,
+    /// What the names of every reader connection of the stream start with (`CLIENT
+    /// SETNAME`).
+    pub(crate) reader_clients: String,
+}
+
+impl Place {
+    /// A connection of one task's own (the writer, the reader's extra fetches), to the
+    /// node of the stream's slot.
+    pub(crate) async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
+        self.endpoint
+            .own_connection(&mut self.conn.clone(), &self.stream, timeout)
+            .await
+    }
+
+    /// A connection for a blocking reader, and on a cluster the node it goes to.
+    pub(crate) async fn blocking_connection(
+        &self,
+        timeout: Duration,
+    ) -> Result<(OwnConn, Option<String>)> {
+        self.endpoint
+            .own_connection_at(&mut self.conn.clone(), &self.stream, timeout)
+            .await
+    }
+
+    /// The name of consumer `consumer`'s reader connection.
+    pub(crate) fn reader_client(&self, consumer: &str) -> String {
+        format!("{}{consumer}", self.reader_clients)
+    }
 }
 
 /// The settings the core runs by, from either wire's consumer config.

@@ -80,7 +80,7 @@ impl<W: Wire> Writer<W> {
     /// of `claim_idle`); its prefetch slot, if it had one, is not the release's. Counted
     /// by `why`.
     pub(crate) fn hand_back(&self, sid: Arc<str>, why: HandBack) {
-        self.wire.metrics().handed_back(why);
+        self.wire.place().metrics.handed_back(why);
         self.send(WriteJob::Release(Release {
             sid,
             idle_ms: ms(self.claim_idle),
@@ -140,7 +140,7 @@ pub(super) async fn run<W: Wire>(w: WriterTask<W>, mut rx: mpsc::UnboundedReceiv
     // The writer's own connection: one call at a time, off the shared connection.
     let mut conn: Option<OwnConn> = None;
     let mut jobs = Vec::new();
-    let gate = w.wire.write_gate();
+    let gate = w.wire.place().write_gate.clone();
     while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
         // This node's turn (held over this round of calls), then whatever else queued
         // up meanwhile.
@@ -167,7 +167,7 @@ pub(super) async fn run<W: Wire>(w: WriterTask<W>, mut rx: mpsc::UnboundedReceiv
             }
             let results = write_all(&w, &mut conn, &completes, &gate, &mut turn).await;
             w.leases.forget(completes.iter().map(|c| &c.sid));
-            let metrics = w.wire.metrics();
+            let metrics = &w.wire.place().metrics;
             for (c, r) in completes.into_iter().zip(results) {
                 let r = match r {
                     Ok(Written::Recorded(others)) => {

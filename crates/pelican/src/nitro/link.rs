@@ -13,7 +13,7 @@ use std::time::Duration;
 pub(crate) struct Link {
     pub(crate) config: StreamConfig,
     pub(crate) keys: StreamKeys,
-    endpoint: Endpoint,
+    pub(crate) endpoint: Endpoint,
     conn: Conn,
     pub(crate) scripts: Scripts,
     pub(crate) metrics: Metrics,

@@ -9,11 +9,10 @@ use super::delivery::Job;
 use crate::clock::{ms, now_ms};
 use crate::codec::Codec;
 use crate::config::ConsumerConfig;
-use crate::conn::{Conn, OwnConn};
-use crate::consumer::wire::{Admit, Reclaimed, Settings, Wire, Written};
+use crate::conn::OwnConn;
+use crate::consumer::wire::{Admit, Place, Reclaimed, Settings, Wire, Written};
 use crate::consumer::LeaseLost;
 use crate::error::{Error, ErrorKind, Result};
-use crate::metrics::Metrics;
 use crate::protocol::entry::{self, Producers, RawEntry, Request};
 use crate::protocol::keys::Keys;
 use crate::protocol::outcome::Outcome;
@@ -26,11 +25,11 @@ use serde::{de::DeserializeOwned, Serialize};
 use std::marker::PhantomData;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Semaphore;
 
 /// One partition of a queue, read with codec `C`.
 pub(crate) struct Pelican<C> {
     pub(crate) shared: Arc<Shared>,
+    place: Place,
     max_deliveries: u32,
     /// The names of its stored answers.
     answers: AnswerNames,
@@ -39,8 +38,19 @@ pub(crate) struct Pelican<C> {
 
 impl<C: Codec> Pelican<C> {
     pub(crate) fn new(shared: Arc<Shared>, config: &ConsumerConfig) -> Pelican<C> {
+        let place = Place {
+            stream: shared.keys.stream.clone(),
+            group: shared.keys.group.clone(),
+            conn: shared.conn(),
+            endpoint: shared.endpoint.clone(),
+            metrics: shared.metrics.clone(),
+            command_timeout: shared.queue.command_timeout,
+            write_gate: shared.node.writes.clone(),
+            reader_clients: shared.keys.reader_clients(),
+        };
         Pelican {
             shared,
+            place,
             max_deliveries: config.max_deliveries,
             answers: AnswerNames::new(),
             _codec: PhantomData,
@@ -118,44 +128,8 @@ impl<C: Codec> Wire for Pelican<C> {
     type ReadState = Producers;
     type Fields = entry::RequestFields;
 
-    fn stream(&self) -> &str {
-        &self.shared.keys.stream
-    }
-
-    fn group(&self) -> &str {
-        &self.shared.keys.group
-    }
-
-    fn conn(&self) -> Conn {
-        self.shared.conn()
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.shared.metrics
-    }
-
-    fn command_timeout(&self) -> Duration {
-        self.shared.queue.command_timeout
-    }
-
-    async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
-        self.shared.own_connection(timeout).await
-    }
-
-    async fn blocking_connection(&self, timeout: Duration) -> Result<(OwnConn, Option<String>)> {
-        self.shared.blocking_connection_at(timeout).await
-    }
-
-    fn write_gate(&self) -> Arc<Semaphore> {
-        self.shared.node.writes.clone()
-    }
-
-    fn reader_client(&self, consumer: &str) -> String {
-        self.shared.keys.reader_client(consumer)
-    }
-
-    fn reader_clients(&self) -> String {
-        self.shared.keys.reader_clients()
+    fn place(&self) -> &Place {
+        &self.place
     }
 
     fn stored_bodies(&self) -> Option<&Keys> {

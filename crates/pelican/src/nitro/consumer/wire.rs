@@ -10,12 +10,11 @@
 use super::Job;
 use crate::clock::ms;
 use crate::conn::wire::FieldNames;
-use crate::conn::{Conn, OwnConn};
-use crate::consumer::wire::{Admit, Reclaimed, Settings, Verdict, Wire, Written};
+use crate::conn::OwnConn;
+use crate::consumer::wire::{Admit, Place, Reclaimed, Settings, Verdict, Wire, Written};
 use crate::consumer::LeaseLost;
 use crate::error::{Error, ErrorKind, Result};
 use crate::ids;
-use crate::metrics::Metrics;
 use crate::nitro::config::ConsumerConfig;
 use crate::nitro::link::Link;
 use crate::nitro::TOO_MANY_RETRIES;
@@ -33,17 +32,27 @@ const GC_EVERY: Duration = Duration::from_secs(60);
 /// A connected Nitro stream, as its consumer sees it.
 pub(crate) struct Nitro {
     link: Arc<Link>,
+    place: Place,
     config: ConsumerConfig,
-    /// The writer's turns (one stream, one writer: never waited for).
-    gate: Arc<Semaphore>,
 }
 
 impl Nitro {
     pub(crate) fn new(link: Arc<Link>, config: ConsumerConfig) -> Nitro {
+        let place = Place {
+            stream: link.keys.stream.clone(),
+            group: link.keys.group().to_string(),
+            conn: link.conn(),
+            endpoint: link.endpoint.clone(),
+            metrics: link.metrics.clone(),
+            command_timeout: link.config.command_timeout,
+            // One stream, one writer: never waited for.
+            write_gate: Arc::new(Semaphore::new(1)),
+            reader_clients: format!("pelican-reader:{}:", link.keys.stream),
+        };
         Nitro {
             link,
+            place,
             config,
-            gate: Arc::new(Semaphore::new(1)),
         }
     }
 
@@ -136,41 +145,8 @@ impl Wire for Nitro {
     type ReadState = ();
     type Fields = MsgField;
 
-    fn stream(&self) -> &str {
-        &self.link.keys.stream
-    }
-
-    fn group(&self) -> &str {
-        self.link.keys.group()
-    }
-
-    fn conn(&self) -> Conn {
-        self.link.conn()
-    }
-
-    fn metrics(&self) -> &Metrics {
-        &self.link.metrics
-    }
-
-    fn command_timeout(&self) -> Duration {
-        self.link.config.command_timeout
-    }
-
-    async fn own_connection(&self, timeout: Duration) -> Result<OwnConn> {
-        self.link.own_connection(timeout).await
-    }
-
-    async fn blocking_connection(&self, timeout: Duration) -> Result<(OwnConn, Option<String>)> {
-        // One server (a cluster is refused at connect): unblocks go to it.
-        Ok((self.link.own_connection(timeout).await?, None))
-    }
-
-    fn write_gate(&self) -> Arc<Semaphore> {
-        self.gate.clone()
-    }
-
-    fn reader_clients(&self) -> String {
-        format!("pelican-reader:{}:", self.link.keys.stream)
+    fn place(&self) -> &Place {
+        &self.place
     }
 
     async fn ensure_group(&self, had_group: bool) -> Result<()> {
