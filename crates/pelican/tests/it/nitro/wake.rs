@@ -37,6 +37,19 @@ fn blocked_readers(env: &Env) -> usize {
         .count()
 }
 
+/// The stream and its group, made as Nitro's producers make them: the consumer's first
+/// look for idle entries finds the group, and its reads block for the whole 10 s.
+fn create_group(env: &Env) {
+    let _: () = redis::cmd("XGROUP")
+        .arg("CREATE")
+        .arg(&env.stream)
+        .arg(&env.stream)
+        .arg("$")
+        .arg("MKSTREAM")
+        .query(&mut env.conn())
+        .unwrap();
+}
+
 async fn until_blocked(env: &Env) {
     eventually(Duration::from_secs(10), "the reader blocked", || async {
         blocked_readers(env) == 1
@@ -49,6 +62,7 @@ async fn until_blocked(env: &Env) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_given_back_is_read_again_at_once() {
     let env = Env::new("nitro-wake-retry");
+    create_group(&env);
     let deliveries = Arc::new(AtomicU32::new(0));
     let d = deliveries.clone();
     let w = Worker::spawn(env.config(), long_waits(), 2, move |r: Req, job: Job| {
@@ -89,6 +103,7 @@ async fn a_request_given_back_is_read_again_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_idle_consumer_stops_at_once() {
     let env = Env::new("nitro-wake-stop");
+    create_group(&env);
     let w = Worker::echo(env.config(), long_waits(), Runs::default()).await;
     let name = w.name.clone();
     until_blocked(&env).await;
