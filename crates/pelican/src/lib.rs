@@ -48,12 +48,13 @@
 //!   (`replies.rs`), stored answers (`answers.rs`), trimming, sweep and janitor
 //!   (`maintenance.rs`).
 //! - `consumer/`: the consumer core, one for both wire formats, the wire behind a trait
-//!   (`wire.rs`): the reader (`reader.rs`, `fetch.rs`), waking it for released work and
-//!   a stop (`wake.rs`), the outcome writer (`writer.rs`), leases (`lease.rs`), renewal
-//!   and upkeep (`maintenance.rs`), the handlers' tasks (`serve.rs`), a delivery, [`LeaseLost`]
-//!   and [`HandlerError`] (`delivery.rs`), what they share (`state.rs`). `consumer/pelican/`:
-//!   pelican's wire (`wire.rs`: admission, dead letters, outcomes, reclaim, janitor),
-//!   [`Consumer`] (`mod.rs`), [`Delivery`] and [`Job`] (`delivery.rs`).
+//!   (`wire.rs`): the reader (`reader.rs`, `fetch.rs`, `admit.rs`), waking it for
+//!   released work and a stop (`wake.rs`), the outcome writer (`writer.rs`), leases
+//!   (`lease.rs`), renewal and upkeep (`maintenance.rs`), the handlers' tasks
+//!   (`serve.rs`), a delivery, [`LeaseLost`] and [`HandlerError`] (`delivery.rs`), what
+//!   they share (`state.rs`). `consumer/pelican/`: pelican's wire (`wire.rs`: admission,
+//!   dead letters, outcomes, reclaim, janitor), [`Consumer`] (`mod.rs`), [`Delivery`] and
+//!   [`Job`] (`delivery.rs`).
 //! - `nitro` (feature `nitro`): Nitro's wire format (Arbitrum's `pubsub` streams): a
 //!   consumer (the same core on Nitro's wire), a producer, stats and the validation
 //!   types.

@@ -5,12 +5,13 @@
 //!
 //! Tasks per partition: one reader (`reader.rs`: XREADGROUP BLOCK on a dedicated
 //! connection, large reads in parts over a few more, `fetch.rs`, the reclaim scan between
-//! reads; woken out of its read for released work and for a stop, `wake.rs`), one writer
-//! (`writer.rs`: batches answers and releases into one call each), one maintenance task
-//! (`maintenance.rs`: lease renewal, `lease.rs`, and the wire's upkeep). `state.rs` is
-//! what they share; `delivery.rs` one entry in a handler's hands; `serve.rs` drives the
-//! handlers.
+//! reads; what it read admitted as deliveries, `admit.rs`; woken out of its read for
+//! released work and for a stop, `wake.rs`), one writer (`writer.rs`: batches answers and
+//! releases into one call each), one maintenance task (`maintenance.rs`: lease renewal,
+//! `lease.rs`, and the wire's upkeep). `state.rs` is what they share; `delivery.rs` one
+//! entry in a handler's hands; `serve.rs` drives the handlers.
 
+mod admit;
 pub(crate) mod delivery;
 mod fetch;
 mod lease;

@@ -8,7 +8,7 @@ use super::wire::{Settings, Wire};
 use super::writer::Writer;
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
-use tokio::sync::{Mutex, Notify, Semaphore};
+use tokio::sync::{Mutex, Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 pub(crate) struct State<W: Wire> {
@@ -44,4 +44,32 @@ pub(crate) struct State<W: Wire> {
 pub(crate) struct ReadAhead {
     pub(crate) freeing: AtomicUsize,
     pub(crate) notify: Notify,
+}
+
+/// The prefetch slots a reader holds for one read: one permit bundle.
+pub(crate) struct Hand(pub(crate) Option<OwnedSemaphorePermit>);
+
+impl Hand {
+    pub(crate) fn len(&self) -> usize {
+        self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// One slot, for one delivery.
+    pub(crate) fn take_one(&mut self) -> Option<OwnedSemaphorePermit> {
+        let p = self.0.as_mut()?;
+        if p.num_permits() > 1 {
+            p.split(1)
+        } else {
+            self.0.take()
+        }
+    }
+
+    /// Every slot left.
+    pub(crate) fn take_all(&mut self) -> Option<OwnedSemaphorePermit> {
+        self.0.take()
+    }
 }
