@@ -1,6 +1,6 @@
 //! Throughput and latency of the Nitro wire format, with where the time goes.
 //!
-//! `cargo build --release -p pelican-cli && cargo run --release -p pelican --example nitro_bench`
+//! `cargo build --release -p pelican-cli && cargo run --release -p pelican --features nitro --example nitro_bench`
 //!
 //! Starts its own redis-server (pelican-testkit) and runs four pairings on fresh streams:
 //! a producer (pelican's `nitro::Producer`, or a Nitro-style producer written from the

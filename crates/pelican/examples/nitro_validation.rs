@@ -2,7 +2,7 @@
 //! Nitro's valnode runs) and a validator client's producer, both pelican, in one process.
 //! Either side can be Nitro's own Go process instead.
 //!
-//! `cargo run -p pelican --example nitro_validation -- redis://127.0.0.1:6379`
+//! `cargo run -p pelican --features nitro --example nitro_validation -- redis://127.0.0.1:6379`
 
 use pelican::nitro::validation::{BatchInfo, Bytes, GoGlobalState, Hash, ValidationInput};
 use pelican::nitro::{Consumer, ConsumerConfig, Producer, ProducerConfig, StreamConfig};

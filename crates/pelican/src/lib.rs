@@ -38,31 +38,44 @@
 //! ```
 //!
 //! ## Layout
+//! ARCHITECTURE.md walks one request through these, file by file.
 //! - [`config`]: where a queue lives and how many partitions it has ([`QueueConfig`],
 //!   `mod.rs`), how producers and consumers behave ([`ProducerConfig`],
 //!   [`ConsumerConfig`], a file each).
 //! - `producer/`: [`Producer`] (`mod.rs`), [`Ticket`] (`ticket.rs`), [`CallOptions`]
-//!   (`options.rs`), waiting on a request by its id (`watch.rs`), the waiters table
-//!   (`pending.rs`), batched submissions (`submit.rs`), withdrawals (`cancel.rs`), the reply
-//!   reader (`replies.rs`), trimming, sweep and janitor (`maintenance.rs`).
-//! - `consumer/`: [`Consumer`] and `serve` (`mod.rs`), the reader (`reader.rs`), taking over
-//!   idle work (`reclaim.rs`), waking the reader for released work and a stop (`wake.rs`),
-//!   the outcome writer (`writer.rs`), leases (`lease.rs`),
-//!   renewal and janitor (`maintenance.rs`), [`Delivery`], [`Job`], [`HandlerError`]
-//!   (`delivery.rs`).
-//! - [`nitro`]: Nitro's wire format (Arbitrum's `pubsub` streams): a consumer, a producer,
-//!   stats and the validation types, on the same building blocks.
+//!   (`options.rs`), waiting on a request by its id (`watch.rs`), its state
+//!   (`state.rs`) and waiters table (`pending.rs`), batched submissions (`submit.rs`) on
+//!   its lean connections (`lean.rs`), withdrawals (`cancel.rs`), the reply reader
+//!   (`replies.rs`), stored answers (`answers.rs`), trimming, sweep and janitor
+//!   (`maintenance.rs`).
+//! - `consumer/`: the consumer core, one for both wire formats, the wire behind a trait
+//!   (`wire.rs`): the reader (`reader.rs`, `fetch.rs`, `admit.rs`), waking it for
+//!   released work and a stop (`wake.rs`), the outcome writer (`writer.rs`), leases
+//!   (`lease.rs`), renewal and upkeep (`maintenance.rs`), the handlers' tasks
+//!   (`serve.rs`), a delivery, [`LeaseLost`] and [`HandlerError`] (`delivery.rs`), what
+//!   they share (`state.rs`). `consumer/pelican/`: pelican's wire (`wire.rs`: admission,
+//!   dead letters, outcomes, reclaim, janitor), [`Consumer`] (`mod.rs`), [`Delivery`] and
+//!   [`Job`] (`delivery.rs`).
+//! - `nitro` (feature `nitro`): Nitro's wire format (Arbitrum's `pubsub` streams): a
+//!   consumer (the same core on Nitro's wire), a producer, stats and the validation
+//!   types.
 //! - [`admin`]: look inside a queue (stats, one request, dead letters), requeue and purge.
-//! - `protocol/`: what is written to Redis: keys ([`Keys`]), stream entries, the request
-//!   index value, outcomes, and one typed call per Lua script (`lua/*.lua`); described in
+//! - `protocol/`: what is written to Redis: keys ([`Keys`]), stream entries, request ids,
+//!   the request index value, outcomes, values stored beside the stream (`stored/`: large
+//!   bodies and answers), and one typed call per Lua script (`lua/*.lua`); described in
 //!   `docs/PROTOCOL.md`.
 //! - `conn/`: every connection (the shared one, on one node or a Redis Cluster; the
-//!   tasks' own, to the node of their partition's slot; the lean wire), hash slots and
-//!   cluster URLs (`cluster.rs`), backoff and retry. `shared.rs`: one partition of a
-//!   connected queue, what its producers, consumers and admin share.
+//!   tasks' own, to the node of their partition's slot; the lean wire), Redis URLs
+//!   (`url.rs`), replies and stream entries as read (`reply.rs`), hash slots and cluster
+//!   URLs (`cluster.rs`), backoff and retry. `shared.rs`: one partition of a connected
+//!   queue, what its producers, consumers and admin share.
 //! - `error`: [`Error`], [`ErrorKind`]; `codec`: [`Codec`], [`Json`]; `task`: owned,
 //!   supervised background tasks; `trace`: trace context across processes; `metrics`,
 //!   `ids`, `clock`.
+//!
+//! Modules depend downwards only: `conn` on nothing of pelican's but errors; `protocol` on
+//! `conn`; `config` on both; `shared` on those; producer, consumer, admin and `nitro` on
+//! all of them.
 //!
 //! ## Observability
 //! Counters and histograms go through the `metrics` facade (`pelican_requests_*`,
@@ -94,6 +107,7 @@ mod consumer;
 mod error;
 mod ids;
 mod metrics;
+#[cfg(feature = "nitro")]
 pub mod nitro;
 mod producer;
 mod protocol;

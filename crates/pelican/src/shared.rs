@@ -8,6 +8,7 @@ use crate::conn::{Conn, Endpoint, OwnConn};
 use crate::error::{Error, Result};
 use crate::metrics::Metrics;
 use crate::protocol::keys::Keys;
+pub use crate::protocol::scripts::JanitorReport;
 use crate::protocol::scripts::{Janitor, Scripts};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -112,8 +113,9 @@ impl Shared {
 
     async fn connect_parts(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
         queue.validate()?;
-        let endpoint = Endpoint::of(queue)?;
-        let mut conn = endpoint.connect(queue).await?;
+        let ca = queue.tls_root_ca_pem.as_deref();
+        let endpoint = Endpoint::of(&queue.url, ca, queue.command_timeout)?;
+        let mut conn = endpoint.connect(&queue.url, queue.command_timeout).await?;
         let metrics = Metrics::new(&queue.name);
         let nodes = node_indexes(&endpoint, &mut conn, queue).await;
         let gates: Vec<Arc<NodeGate>> = (0..=nodes.iter().copied().max().unwrap_or(0))
@@ -163,21 +165,6 @@ impl Shared {
     /// outlast the block or the client gives up while the server still delivers.
     pub(crate) async fn blocking_connection(&self, block: Duration) -> Result<OwnConn> {
         self.own_connection(block + self.queue.command_timeout)
-            .await
-    }
-
-    /// [`Shared::blocking_connection`], and on a cluster the node it goes to (see
-    /// [`Endpoint::own_connection_at`]).
-    pub(crate) async fn blocking_connection_at(
-        &self,
-        block: Duration,
-    ) -> Result<(OwnConn, Option<String>)> {
-        self.endpoint
-            .own_connection_at(
-                &mut self.conn(),
-                &self.keys.stream,
-                block + self.queue.command_timeout,
-            )
             .await
     }
 
@@ -287,20 +274,6 @@ fn check_partitions(queue: &QueueConfig, recorded: Option<u32>) -> Result<()> {
         ))),
         _ => Ok(()),
     }
-}
-
-/// What one janitor run did.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct JanitorReport {
-    /// False when another process holds the janitor lock for this interval.
-    pub ran: bool,
-    /// Stream entries trimmed below the oldest pending one.
-    pub trimmed: u64,
-    /// Undelivered entries past their deadline, deleted and answered "expired".
-    pub expired: u64,
-    /// Consumers that owned nothing and were idle past `consumer_gc_after`, removed.
-    pub consumers_removed: u64,
 }
 
 #[cfg(test)]

@@ -103,7 +103,7 @@ const PREVIEW_BYTES: usize = 200;
 
 /// What Redis knows of request `rid` (see [`super::Admin::inspect`]).
 pub(super) async fn inspect(sh: &Shared, rid: &str) -> Result<Option<RequestInfo>> {
-    crate::config::validate_request_id(rid)?;
+    crate::protocol::request_id::validate_request_id(rid)?;
     let k = &sh.keys;
     let mut conn = sh.conn();
     let key = k.req(rid);

@@ -55,8 +55,9 @@ pub const MAX_PARTITIONS: u32 = 1024;
 
 /// Longest accepted queue name.
 pub const MAX_QUEUE_NAME_LEN: usize = 128;
-/// Longest accepted caller-chosen request id.
-pub const MAX_REQUEST_ID_LEN: usize = 256;
+/// A caller-chosen request id is checked by the protocol's rule.
+pub(crate) use crate::protocol::request_id::validate_request_id;
+pub use crate::protocol::request_id::MAX_REQUEST_ID_LEN;
 
 /// Where a queue lives: the Redis URL, the queue's name and the key prefix.
 ///
@@ -143,21 +144,7 @@ impl std::fmt::Debug for QueueConfig {
     }
 }
 
-/// `url` with its password replaced by `***`, for messages and logs:
-/// `redis://user:secret@host:6379` becomes `redis://user:***@host:6379`.
-pub fn redacted_url(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(s), Some(at)) if at > s => {
-            let creds = &url[s + 3..at];
-            match creds.find(':') {
-                Some(c) => format!("{}{}:***{}", &url[..s + 3], &creds[..c], &url[at..]),
-                // `redis://secret@host`: a lone credential is taken as the password.
-                None => format!("{}***{}", &url[..s + 3], &url[at..]),
-            }
-        }
-        _ => url.to_string(),
-    }
-}
+pub use crate::conn::url::redacted_url;
 
 impl QueueConfig {
     /// A queue named `name` on the Redis at `url`, with default settings.
@@ -298,7 +285,11 @@ impl QueueConfig {
                 "reply_maxlen and dead_maxlen must be at least 1",
             ));
         }
-        crate::conn::Endpoint::of(self)?;
+        crate::conn::Endpoint::of(
+            &self.url,
+            self.tls_root_ca_pem.as_deref(),
+            self.command_timeout,
+        )?;
         Ok(())
     }
 }
@@ -341,80 +332,6 @@ impl QueueConfig {
     pub fn partition_keys(&self, partition: u32) -> crate::Keys {
         crate::Keys::partition(&self.prefix, &self.name, partition, self.partitions)
     }
-
-    /// The Redis client for the single-node URL `url` (this queue's, or one node of its
-    /// cluster), with this queue's TLS settings.
-    pub(crate) fn node_client(&self, url: &str) -> Result<redis::Client> {
-        let info = connection_info(url)?;
-        if url.starts_with("rediss://") {
-            return tls_client(url, info, self.tls_root_ca_pem.as_deref());
-        }
-        redis::Client::open(info).map_err(|e| bad_url(url, e))
-    }
-}
-
-fn bad_url(url: &str, e: redis::RedisError) -> Error {
-    Error::config(format!(
-        "invalid Redis URL {:?}: {e}; expected redis://[user:password@]host[:port][/db]",
-        redacted_url(url)
-    ))
-    .with_source(e)
-}
-
-#[cfg(feature = "tls")]
-fn tls_client(url: &str, info: redis::ConnectionInfo, ca: Option<&[u8]>) -> Result<redis::Client> {
-    let certs = redis::TlsCertificates {
-        client_tls: None,
-        root_cert: ca.map(<[u8]>::to_vec),
-    };
-    redis::Client::build_with_tls(info, certs).map_err(|e| bad_url(url, e))
-}
-
-#[cfg(not(feature = "tls"))]
-fn tls_client(url: &str, _: redis::ConnectionInfo, _: Option<&[u8]>) -> Result<redis::Client> {
-    Err(Error::config(format!(
-        "{:?} asks for TLS, but pelican was built without it: enable the `tls` feature",
-        redacted_url(url)
-    )))
-}
-
-fn connection_info(url: &str) -> Result<redis::ConnectionInfo> {
-    let scheme_ok = url.starts_with("redis://")
-        || url.starts_with("rediss://")
-        || url.starts_with("unix://")
-        || url.starts_with("redis+unix://");
-    if !scheme_ok {
-        return Err(Error::config(format!(
-            "invalid Redis URL {:?}: expected redis://[user:password@]host[:port][/db] \
-             (or rediss:// for TLS, redis+cluster://host:port[,host:port...] for a cluster)",
-            redacted_url(url)
-        )));
-    }
-    use redis::IntoConnectionInfo;
-    // TCP_NODELAY: requests are small and latency-bound; Nagle's algorithm would hold
-    // a pipelined write back until the previous one is acknowledged.
-    Ok(url
-        .into_connection_info()
-        .map_err(|e| bad_url(url, e))?
-        .set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
-}
-
-/// Checks a caller-chosen request id.
-pub(crate) fn validate_request_id(id: &str) -> Result<()> {
-    if id.is_empty() || id.len() > MAX_REQUEST_ID_LEN {
-        return Err(Error::config(format!(
-            "a request id must be 1 to {MAX_REQUEST_ID_LEN} bytes long, got {}",
-            id.len()
-        )));
-    }
-    // Printable ASCII throughout (every id pelican makes) needs no look at its chars.
-    let printable = id.bytes().all(|b| (0x20..0x7f).contains(&b));
-    if !printable && id.chars().any(|c| c.is_control()) {
-        return Err(Error::config(format!(
-            "the request id {id:?} contains a control character"
-        )));
-    }
-    Ok(())
 }
 
 pub(crate) fn positive(what: &str, d: Duration) -> Result<()> {
@@ -427,25 +344,6 @@ pub(crate) fn positive(what: &str, d: Duration) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Control characters are refused in ASCII and beyond it alike; anything else
-    /// printable, of any script, is an id.
-    #[test]
-    fn a_request_id_has_no_control_characters() {
-        for good in [
-            "a",
-            "job-42:x/y",
-            "caf\u{e9}",
-            "\u{1F426}",
-            &"x".repeat(MAX_REQUEST_ID_LEN),
-        ] {
-            assert!(validate_request_id(good).is_ok(), "{good:?}");
-        }
-        let long = "x".repeat(MAX_REQUEST_ID_LEN + 1);
-        for bad in ["", "a\nb", "\u{7f}", "tab\t", "a\u{85}b", "\u{9f}", &long] {
-            assert!(validate_request_id(bad).is_err(), "{bad:?}");
-        }
-    }
 
     #[test]
     fn requests_are_routed_stably_and_spread() {

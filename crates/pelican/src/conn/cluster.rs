@@ -112,7 +112,7 @@ impl ClusterUrl {
         let bad = |why: &str| {
             Error::config(format!(
                 "invalid cluster URL {:?}: {why}; expected redis+cluster://[user:password@]host:port[,host:port...]",
-                crate::config::redacted_url(&format!("redis+cluster://{rest}"))
+                super::url::redacted_url(&format!("redis+cluster://{rest}"))
             ))
         };
         let rest = rest.trim_end_matches('/');

@@ -1,5 +1,5 @@
 //! Commands whose one large argument is written from where it lies: the SETs of stored
-//! bodies and answers, and XADDs of large bodies without dedup, sent on a lean connection
+//! bodies and answers (`protocol/stored`), and XADDs of large bodies without dedup, sent on a lean connection
 //! by [`super::wire::LeanConn::send_parts`] (`writev`). The client library would copy
 //! every byte into a command, a pipeline and a frame: three copies of each body, the
 //! largest cost of a 100 KB submission.
@@ -109,33 +109,6 @@ impl<'a> Joined<'a> {
     }
 }
 
-/// One value to store by a plain `SET <key> <body> PX <ttl_ms>` (a stored request body or
-/// answer).
-pub(crate) struct StoredBody<'a> {
-    pub(crate) key: String,
-    pub(crate) body: &'a [u8],
-    pub(crate) ttl_ms: u64,
-}
-
-impl StoredBody<'_> {
-    /// The SET, its body written in place.
-    pub(crate) fn framed(&self) -> Framed<'_> {
-        let ttl = self.ttl_ms.to_string();
-        Framed::new(
-            &[b"SET", self.key.as_bytes()],
-            self.body,
-            &[b"PX", ttl.as_bytes()],
-        )
-    }
-
-    /// The SET as the client library sends it (connections that are not lean ones).
-    pub(crate) fn cmd(&self) -> redis::Cmd {
-        let mut c = redis::cmd("SET");
-        c.arg(&self.key).arg(self.body).arg("PX").arg(self.ttl_ms);
-        c
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,12 +120,14 @@ mod tests {
     #[test]
     fn a_framed_command_is_the_client_library_encoding() {
         let value = vec![7u8; 100_000];
-        let set = StoredBody {
-            key: "k".into(),
-            body: &value,
-            ttl_ms: 123,
-        };
-        assert_eq!(joined(&set.framed()), set.cmd().get_packed_command());
+        let set = Framed::new(&[b"SET", b"k"], &value, &[b"PX", b"123"]);
+        let theirs = redis::cmd("SET")
+            .arg("k")
+            .arg(&value)
+            .arg("PX")
+            .arg(123)
+            .get_packed_command();
+        assert_eq!(joined(&set), theirs);
         let last = Framed::new(&[b"XADD", b"s", b"*", b"body"], b"", &[]);
         let long = vec![b'y'; 1234567];
         let many: Vec<&[u8]> = std::iter::repeat_n(&b"a"[..], 10).collect();

@@ -28,11 +28,12 @@ pub(crate) fn split_parts(items: usize, bytes: usize) -> usize {
 pub(crate) mod cluster;
 pub(crate) mod command;
 pub(crate) mod framed;
+pub(crate) mod reply;
 pub(crate) mod retry;
 pub(crate) mod unblock;
+pub(crate) mod url;
 pub(crate) mod wire;
 
-use crate::config::{redacted_url, QueueConfig};
 use crate::error::{Error, Result};
 use cluster::ClusterUrl;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig, MultiplexedConnection};
@@ -40,6 +41,7 @@ use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, RedisFuture, Value};
 use std::time::Duration;
+use url::redacted_url;
 use wire::LeanConn;
 
 /// How long opening a connection may take.
@@ -63,31 +65,34 @@ pub(crate) struct ClusterEndpoint {
 }
 
 impl Endpoint {
-    /// The endpoint of `queue`'s URL; a [`crate::ErrorKind::Config`] error for a bad one.
-    pub(crate) fn of(queue: &QueueConfig) -> Result<Endpoint> {
-        match ClusterUrl::parse(&queue.url) {
-            None => Ok(Endpoint::Node(queue.node_client(&queue.url)?)),
+    /// The endpoint of `url` (trusting `tls_root_ca_pem` for TLS; commands on the
+    /// cluster's shared connection wait `command_timeout`); a
+    /// [`crate::ErrorKind::Config`] error for a bad URL.
+    pub(crate) fn of(
+        url_text: &str,
+        tls_root_ca_pem: Option<&[u8]>,
+        command_timeout: Duration,
+    ) -> Result<Endpoint> {
+        match ClusterUrl::parse(url_text) {
+            None => Ok(Endpoint::Node(url::node_client(url_text, tls_root_ca_pem)?)),
             Some(url) => {
                 let url = url?;
                 let seeds: Vec<String> = url.seeds.iter().map(|s| url.node_url(s)).collect();
                 let mut builder = redis::cluster::ClusterClientBuilder::new(seeds)
                     .connection_timeout(CONNECT_TIMEOUT)
-                    .response_timeout(queue.command_timeout)
+                    .response_timeout(command_timeout)
                     .tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true));
                 if url.tls {
-                    builder = cluster_tls(builder, &queue.url, queue.tls_root_ca_pem.as_deref())?;
+                    builder = cluster_tls(builder, url_text, tls_root_ca_pem)?;
                 }
                 let client = builder.build().map_err(|e| {
-                    Error::config(format!(
-                        "invalid cluster URL {:?}",
-                        redacted_url(&queue.url)
-                    ))
-                    .with_source(e)
+                    Error::config(format!("invalid cluster URL {:?}", redacted_url(url_text)))
+                        .with_source(e)
                 })?;
                 Ok(Endpoint::Cluster(ClusterEndpoint {
                     client,
                     url,
-                    tls_root_ca_pem: queue.tls_root_ca_pem.clone(),
+                    tls_root_ca_pem: tls_root_ca_pem.map(<[u8]>::to_vec),
                 }))
             }
         }
@@ -99,13 +104,14 @@ impl Endpoint {
         matches!(self, Endpoint::Node(_))
     }
 
-    /// The shared connection of a queue's producer, consumer or admin.
-    pub(crate) async fn connect(&self, queue: &QueueConfig) -> Result<Conn> {
+    /// The shared connection of a queue's producer, consumer or admin (`url`: the
+    /// endpoint's, for messages).
+    pub(crate) async fn connect(&self, url: &str, command_timeout: Duration) -> Result<Conn> {
         let unreachable = |e| {
             Error::redis(
                 &format!(
                     "cannot connect to Redis at {} (is redis-server running and reachable?)",
-                    redacted_url(&queue.url)
+                    redacted_url(url)
                 ),
                 e,
             )
@@ -113,7 +119,7 @@ impl Endpoint {
         match self {
             Endpoint::Node(client) => {
                 let cfg = ConnectionManagerConfig::new()
-                    .set_response_timeout(Some(queue.command_timeout))
+                    .set_response_timeout(Some(command_timeout))
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_secs(2));
@@ -170,9 +176,8 @@ impl Endpoint {
                         format!("no cluster node serves slot {slot} (of {key}) right now"),
                     )
                 })?;
-                let mut q = QueueConfig::new(url.node_url(&node), "node");
-                q.tls_root_ca_pem = tls_root_ca_pem.clone();
-                let conn = own_connection(&q.node_client(&q.url)?, timeout).await?;
+                let client = url::node_client(&url.node_url(&node), tls_root_ca_pem.as_deref())?;
+                let conn = own_connection(&client, timeout).await?;
                 Ok((conn, Some(node)))
             }
         }
@@ -330,20 +335,19 @@ impl OwnConn {
         }
     }
 
-    /// Runs a stream read (`XREADGROUP`, `XREAD`): each stream's name with its entries.
-    /// Errors as for [`OwnConn::query`].
-    pub(crate) async fn query_streams(
+    /// Runs a stream read (`XREADGROUP`, `XREAD`): each stream's name with its entries
+    /// (on a lean connection, field names among `F`'s static). Errors as for
+    /// [`OwnConn::query`].
+    pub(crate) async fn query_streams<F: wire::FieldNames>(
         &mut self,
         cmd: &redis::Cmd,
     ) -> redis::RedisResult<wire::Streams> {
         match self {
-            OwnConn::Lean(c) => c.query_streams(cmd).await,
-            OwnConn::Client(c) => Ok(crate::protocol::entry::read_into_streams(
-                cmd.query_async(c).await?,
-            )
-            .into_iter()
-            .map(|(name, entries)| (name.into(), entries))
-            .collect()),
+            OwnConn::Lean(c) => c.query_streams::<F>(cmd).await,
+            OwnConn::Client(c) => Ok(reply::read_into_streams(cmd.query_async(c).await?)
+                .into_iter()
+                .map(|(name, entries)| (name.into(), entries))
+                .collect()),
         }
     }
 }

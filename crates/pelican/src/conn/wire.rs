@@ -20,7 +20,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 mod streams;
-pub(crate) use streams::Streams;
+pub(crate) use streams::{FieldNames, NoNames, Streams};
 
 /// Longest bulk string a reply may claim: Redis' own `proto-max-bulk-len` default, so
 /// no value Redis stores can exceed it.
@@ -151,11 +151,15 @@ impl LeanConn {
     }
 
     /// Sends a stream read (`XREADGROUP`, `XREAD`) and reads its reply straight into
-    /// entries ([`streams::read_streams`]). Errors as for [`LeanConn::query`].
-    pub(crate) async fn query_streams(&mut self, cmd: &redis::Cmd) -> RedisResult<Streams> {
+    /// entries ([`streams::read_streams`]; field names among `F`'s static). Errors as
+    /// for [`LeanConn::query`].
+    pub(crate) async fn query_streams<F: FieldNames>(
+        &mut self,
+        cmd: &redis::Cmd,
+    ) -> RedisResult<Streams> {
         let packed = cmd.get_packed_command();
         self.exchange(&[&packed], async |r, line| {
-            streams::read_streams(r, line).await
+            streams::read_streams::<_, F>(r, line).await
         })
         .await?
     }
@@ -369,6 +373,7 @@ pub(super) fn buffered_header(buf: &[u8]) -> Option<(u8, usize, usize)> {
 
 /// A bulk string at the start of `buf` when the reader's buffer holds all of it (header,
 /// value, CRLF): the value, and the bytes it takes. `None`: read it the slow way.
+#[inline]
 pub(super) fn buffered_value(buf: &[u8]) -> Option<(&[u8], usize)> {
     let (kind, len, head) = buffered_header(buf)?;
     let end = head + len;

@@ -1,122 +1,36 @@
-//! One request in a consumer's hands. A delivery knows nothing of the consumer but the
-//! [`Writer`] handle its outcome goes to.
+//! One entry in a consumer's hands, whatever its wire: answered once through the
+//! [`Writer`] handle (its prefetch slot held until the answer is written), released when
+//! dropped unanswered; and what a handler is told of its lease and says of a failure
+//! ([`LeaseLost`], [`HandlerError`]).
 
+use super::wire::Wire;
 use super::writer::{Completion, Release, WriteJob, Writer};
 use crate::clock::ms;
-use crate::codec::{Codec, Json};
 use crate::error::{Error, ErrorKind, Result};
-use crate::protocol::outcome::Outcome;
+use crate::metrics::HandBack;
 use serde::Serialize;
 use std::future::Future;
-use std::marker::PhantomData;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, OwnedSemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
-/// What is known about a delivered request besides its body.
-#[derive(Debug, Clone)]
-pub struct Job {
-    // Shared, not copied: a job is cloned for the handler and its ids go on to the
-    // outcome's write.
-    pub(crate) sid: Arc<str>,
-    pub(crate) rid: Arc<str>,
-    pub(crate) from: Arc<str>,
-    pub(crate) indexed: bool,
-    pub(crate) stored_body: bool,
-    /// Small enough to wait for a trim once finished ([`crate::protocol::entry::Request`]).
-    pub(crate) small: bool,
-    pub(crate) deliveries: u32,
-    pub(crate) deadline_ms: u64,
-    pub(crate) submitted_ms: u64,
-    /// The entry's `tp` field: the submitter's W3C trace context.
-    pub(crate) tp: Option<Arc<str>>,
-    pub(crate) lease: LeaseLost,
-}
-
-impl Job {
-    /// The request id (the dedup key).
-    pub fn request_id(&self) -> &str {
-        &self.rid
-    }
-
-    /// The submitter's W3C trace context (a `traceparent` value), if its producer was
-    /// built with the `otel` feature and submitted inside an OpenTelemetry trace. With
-    /// dedup, the first submitter's. [`crate::Consumer::serve`] continues it in its
-    /// handler span; users of [`crate::Consumer::next`] can continue it themselves.
-    pub fn trace_parent(&self) -> Option<&str> {
-        self.tp.as_deref()
-    }
-
-    /// The stream entry id.
-    pub fn entry_id(&self) -> &str {
-        &self.sid
-    }
-
-    /// How many times this request has been delivered, this time included (1 = first).
-    pub fn delivery_count(&self) -> u32 {
-        self.deliveries
-    }
-
-    /// When the request stops being worth solving.
-    pub fn deadline(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_millis(self.deadline_ms)
-    }
-
-    /// When the request was submitted (by the submitting producer's clock).
-    pub fn submitted_at(&self) -> SystemTime {
-        UNIX_EPOCH + Duration::from_millis(self.submitted_ms)
-    }
-
-    /// Fires when this consumer lost the lease (another consumer took the request over,
-    /// or it was withdrawn) or is shutting down past its timeout: stop working on it, its
-    /// outcome will most likely be dropped.
-    pub fn lease_lost(&self) -> LeaseLost {
-        self.lease.clone()
-    }
-
-    /// Whether the lease has been lost.
-    pub fn is_lease_lost(&self) -> bool {
-        self.lease.is_lost()
-    }
-}
-
-/// A handle on a delivery's lease: await [`LeaseLost::cancelled`] (e.g. in a
-/// `tokio::select!` beside the work) to stop when the lease is lost.
-#[derive(Debug, Clone)]
-pub struct LeaseLost(pub(crate) CancellationToken);
-
-impl LeaseLost {
-    /// Completes when the lease is lost (at once if it already is).
-    pub async fn cancelled(&self) {
-        self.0.cancelled().await
-    }
-
-    /// Whether the lease has been lost.
-    pub fn is_lost(&self) -> bool {
-        self.0.is_cancelled()
-    }
-}
-
-/// A request delivered to this consumer. Answer it once with [`Delivery::respond`],
-/// [`Delivery::fail`] or [`Delivery::retry`]; dropping it unanswered releases it so
-/// another consumer can take it at once (the delivery still counts).
-pub struct Delivery<Req, Resp, C: Codec = Json> {
-    writer: Arc<Writer>,
+/// An entry delivered to this consumer, to be answered once.
+pub(crate) struct Delivery<W: Wire, Req> {
+    writer: Arc<Writer<W>>,
     req: Option<Req>,
-    job: Job,
+    job: W::Job,
     /// The prefetch slot, held until the outcome is written.
     permit: Option<OwnedSemaphorePermit>,
     answered: bool,
     received: Instant,
-    _types: PhantomData<fn(Resp) -> C>,
 }
 
-impl<Req, Resp, C: Codec> Delivery<Req, Resp, C> {
+impl<W: Wire, Req> Delivery<W, Req> {
     pub(crate) fn new(
-        writer: Arc<Writer>,
+        writer: Arc<Writer<W>>,
         req: Req,
-        job: Job,
+        job: W::Job,
         permit: OwnedSemaphorePermit,
     ) -> Self {
         Delivery {
@@ -126,40 +40,41 @@ impl<Req, Resp, C: Codec> Delivery<Req, Resp, C> {
             permit: Some(permit),
             answered: false,
             received: Instant::now(),
-            _types: PhantomData,
         }
     }
-}
 
-impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
     /// The request.
-    pub fn request(&self) -> &Req {
+    pub(crate) fn request(&self) -> &Req {
         self.req.as_ref().expect("request taken")
     }
 
     /// Takes the request out (the delivery can still be answered).
-    pub fn take_request(&mut self) -> Req {
+    pub(crate) fn take_request(&mut self) -> Req {
         self.req.take().expect("request taken")
     }
 
     /// Everything else about the delivery.
-    pub fn job(&self) -> &Job {
+    pub(crate) fn job(&self) -> &W::Job {
         &self.job
     }
 
-    /// Answers with a response. Returns `true` when this was the request's outcome,
-    /// `false` when another outcome had been recorded first (e.g. this consumer lost its
-    /// lease and another one finished): the response was dropped.
-    ///
-    /// The response is encoded before this returns, so the future does not borrow it.
-    pub fn respond(mut self, resp: &Resp) -> impl Future<Output = Result<bool>> + Send + 'static
+    /// The wire it came by.
+    pub(crate) fn wire(&self) -> &W {
+        &self.writer.wire
+    }
+
+    /// Answers with a response: `true` when this was the entry's answer, `false` when
+    /// another had been recorded first. The response is encoded before this returns.
+    pub(crate) fn respond<Resp: Serialize>(
+        mut self,
+        resp: &Resp,
+    ) -> impl Future<Output = Result<bool>> + Send + 'static
     where
         Req: Send + 'static,
-        Resp: 'static,
     {
-        let (outcome, err) = self.encode(resp);
+        let (finish, err) = self.writer.wire.respond(&self.job, resp);
         async move {
-            let recorded = self.finish(outcome).await?;
+            let recorded = self.finish(finish).await?;
             match err {
                 Some(e) => Err(e),
                 None => Ok(recorded),
@@ -167,21 +82,15 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         }
     }
 
-    /// Fails the request for good: the caller gets a [`ErrorKind::Remote`] error with
-    /// this message. Same return value as [`Delivery::respond`].
-    pub async fn fail(mut self, message: impl Into<String>) -> Result<bool> {
-        self.finish(Outcome::Remote(message.into())).await
+    /// Fails the request for good with `message`.
+    pub(crate) async fn fail(mut self, message: String) -> Result<bool> {
+        let finish = self.writer.wire.fail(&self.job, message);
+        self.finish(finish).await
     }
 
-    /// Gives the request back for another delivery right away (to any consumer). The
-    /// delivery counts towards `max_deliveries`.
-    pub async fn retry(self) -> Result<()> {
-        self.retry_after(Duration::ZERO).await
-    }
-
-    /// Gives the request back to be delivered again after about `delay` (at most
+    /// Gives the entry back to be delivered again after about `delay` (at most
     /// `claim_idle`).
-    pub async fn retry_after(mut self, delay: Duration) -> Result<()> {
+    pub(crate) async fn retry_after(mut self, delay: Duration) -> Result<()> {
         let (tx, rx) = oneshot::channel();
         self.release(delay, Some(tx));
         self.written(rx).await
@@ -189,54 +98,27 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
 
     /// [`Delivery::respond`] without waiting for the write: the prefetch slot goes with
     /// the outcome to the writer, which logs a failure to write it. `Err` if the response
-    /// could not be sent as it is (not encodable, too large: the request fails with a
-    /// message saying so).
-    pub(crate) fn respond_in_background(mut self, resp: &Resp) -> Result<()> {
-        let (outcome, err) = self.encode(resp);
-        self.hand_over(outcome, None);
+    /// could not be sent as it is (the request fails with a message saying so).
+    pub(crate) fn respond_in_background<Resp: Serialize>(mut self, resp: &Resp) -> Result<()> {
+        let (finish, err) = self.writer.wire.respond(&self.job, resp);
+        self.hand_over(finish, None);
         err.map_or(Ok(()), Err)
     }
 
-    /// [`Delivery::fail`] without waiting for the write (see `respond_in_background`).
+    /// [`Delivery::fail`] without waiting for the write.
     pub(crate) fn fail_in_background(mut self, message: String) {
-        self.hand_over(Outcome::Remote(message), None);
+        let finish = self.writer.wire.fail(&self.job, message);
+        self.hand_over(finish, None);
     }
 
-    /// [`Delivery::retry_after`] without waiting for the write (see
-    /// `respond_in_background`).
+    /// [`Delivery::retry_after`] without waiting for the write.
     pub(crate) fn retry_in_background(mut self, delay: Duration) {
         self.release(delay, None);
     }
 
-    /// The outcome a response makes, and the error to report with it when it cannot be
-    /// sent as it is.
-    fn encode(&self, resp: &Resp) -> (Outcome, Option<Error>) {
-        let max = self.writer.max_body_bytes();
-        match C::encode(resp) {
-            Err(e) => {
-                let err = Error::codec("encoding the response", e);
-                let o = Outcome::Remote(format!(
-                    "the handler's response could not be encoded: {err:#}"
-                ));
-                (o, Some(err))
-            }
-            Ok(body) if body.len() > max => {
-                let msg = format!(
-                    "the response body is {} bytes; max_body_bytes is {max}",
-                    body.len()
-                );
-                (
-                    Outcome::Remote(msg.clone()),
-                    Some(Error::new(ErrorKind::TooLarge, msg)),
-                )
-            }
-            Ok(body) => (Outcome::Ok(body), None),
-        }
-    }
-
-    async fn finish(&mut self, outcome: Outcome) -> Result<bool> {
+    async fn finish(&mut self, finish: W::Finish) -> Result<bool> {
         let (tx, rx) = oneshot::channel();
-        self.hand_over(outcome, Some(tx));
+        self.hand_over(finish, Some(tx));
         self.written(rx).await
     }
 
@@ -260,22 +142,18 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         }
     }
 
-    /// Sends the outcome to the writer. Without `ack` the prefetch slot goes with it.
-    fn hand_over(&mut self, outcome: Outcome, ack: Option<oneshot::Sender<Result<bool>>>) {
+    /// Sends the answer to the writer. Without `ack` the prefetch slot goes with it.
+    fn hand_over(&mut self, finish: W::Finish, ack: Option<oneshot::Sender<Result<bool>>>) {
         self.answered = true;
         self.writer
-            .metrics()
+            .wire
+            .place()
+            .metrics
             .handler_duration(self.received.elapsed());
         let slot = self.slot_unless(ack.is_some());
         self.writer.send(WriteJob::Complete(Completion {
-            sid: self.job.sid.clone(),
-            rid: self.job.rid.clone(),
-            from: self.job.from.clone(),
-            deadline_ms: self.job.deadline_ms,
-            indexed: self.job.indexed,
-            stored_body: self.job.stored_body,
-            small: self.job.small,
-            outcome,
+            sid: W::entry_id(&self.job).clone(),
+            finish,
             ack,
             slot,
         }));
@@ -287,7 +165,7 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
         let idle = self.writer.claim_idle().saturating_sub(delay);
         let slot = self.slot_unless(ack.is_some());
         self.writer.send(WriteJob::Release(Release {
-            sid: self.job.sid.clone(),
+            sid: W::entry_id(&self.job).clone(),
             idle_ms: ms(idle),
             ack,
             slot,
@@ -295,12 +173,29 @@ impl<Req, Resp: Serialize, C: Codec> Delivery<Req, Resp, C> {
     }
 }
 
-impl<Req, Resp, C: Codec> Drop for Delivery<Req, Resp, C> {
+impl<W: Wire, Req> Drop for Delivery<W, Req> {
     fn drop(&mut self) {
         if !self.answered {
             self.writer
-                .hand_back(self.job.sid.clone(), crate::metrics::HandBack::Dropped);
+                .hand_back(W::entry_id(&self.job).clone(), HandBack::Dropped);
         }
+    }
+}
+
+/// A handle on a delivery's lease: await [`LeaseLost::cancelled`] (e.g. in a
+/// `tokio::select!` beside the work) to stop when the lease is lost.
+#[derive(Debug, Clone)]
+pub struct LeaseLost(pub(crate) CancellationToken);
+
+impl LeaseLost {
+    /// Completes when the lease is lost (at once if it already is).
+    pub async fn cancelled(&self) {
+        self.0.cancelled().await
+    }
+
+    /// Whether the lease has been lost.
+    pub fn is_lost(&self) -> bool {
+        self.0.is_cancelled()
     }
 }
 

@@ -1,5 +1,5 @@
-//! The reader's fetches: `XREADGROUP` of new entries and the `MGET` of their stored
-//! bodies (docs/PROTOCOL.md, "Stored bodies"), on the reader's own connection, and split
+//! The reader's fetches: `XREADGROUP` of new entries and, for a wire that stores bodies
+//! apart, the `MGET` of their stored bodies (docs/PROTOCOL.md, "Stored bodies"), on the reader's own connection, and split
 //! over a few more when there is much to fetch.
 //!
 //! Why more than one connection: Redis writes a client at most 64 KiB per turn of its
@@ -11,10 +11,12 @@
 //! faster without dedup, 1 MB requests 24-26 % faster with it
 //! (docs/benchmarks/2026-12-01-69e5719-reads-in-parts.md).
 
-use super::state::ConsumerState;
+use super::state::State;
+use super::wire::Wire;
 use crate::clock::ms;
 use crate::conn::OwnConn;
-use crate::protocol::entry::{self, RawEntry};
+use crate::protocol::entry::RawEntry;
+use crate::protocol::stored;
 use futures_util::future::try_join_all;
 use redis::{Cmd, RedisResult};
 use std::time::Duration;
@@ -46,9 +48,9 @@ impl Fetch {
     /// trip), this one is split into parts sent at once, none of them waiting; if those
     /// find nothing, one read waits for `block`. On an error, `conn` must be dropped (the
     /// extra connections are).
-    pub(super) async fn read(
+    pub(super) async fn read<W: Wire>(
         &mut self,
-        inner: &ConsumerState,
+        inner: &State<W>,
         conn: &mut OwnConn,
         count: usize,
         block: Option<Duration>,
@@ -61,13 +63,15 @@ impl Fetch {
                 .map(|(_, n)| read_command(inner, n, None))
                 .collect();
             let replies = self
-                .run(conn, &cmds, async |c, cmd| c.query_streams(cmd).await)
+                .run(conn, &cmds, async |c, cmd| {
+                    c.query_streams::<W::Fields>(cmd).await
+                })
                 .await?;
             entries.extend(replies.into_iter().flatten().flat_map(|(_, e)| e));
         }
         if parts == 1 || (entries.is_empty() && block.is_some()) {
             let reply = conn
-                .query_streams(&read_command(inner, count, block))
+                .query_streams::<W::Fields>(&read_command(inner, count, block))
                 .await?;
             entries = reply.into_iter().flat_map(|(_, e)| e).collect();
         }
@@ -84,28 +88,30 @@ impl Fetch {
     /// and are reclaimed.
     pub(super) async fn bodies(
         &mut self,
-        inner: &ConsumerState,
+        inner: &State<impl Wire>,
         conn: &mut OwnConn,
         entries: &mut [RawEntry],
     ) -> RedisResult<()> {
-        let at = entry::stored_bodies(entries);
+        let Some(keys) = inner.wire.stored_bodies() else {
+            return Ok(());
+        };
+        let at = stored::stored_bodies(entries);
         if at.is_empty() {
             return Ok(());
         }
         let parts = self.parts(inner, at.len(), at.len() * self.body_mean).await;
-        let keys = &inner.shared.keys;
         let chunks: Vec<&[usize]> = split(at.len(), parts)
             .map(|(from, n)| &at[from..from + n])
             .collect();
         let cmds: Vec<Cmd> = chunks
             .iter()
-            .map(|c| entry::mget_bodies(keys, entries, c))
+            .map(|c| stored::mget_bodies(keys, entries, c))
             .collect();
-        for (chunk, reply) in chunks.iter().zip(
-            self.run(conn, &cmds, async |c, cmd| c.query(cmd).await)
-                .await?,
-        ) {
-            entry::attach_bodies(entries, chunk, reply);
+        let replies = self
+            .run(conn, &cmds, async |c, cmd| c.query(cmd).await)
+            .await?;
+        for (chunk, reply) in chunks.iter().zip(replies) {
+            stored::attach_bodies(entries, chunk, reply);
         }
         let total: usize = at
             .iter()
@@ -119,11 +125,11 @@ impl Fetch {
     /// How many parts a fetch of `items` worth `bytes` in all is split into
     /// ([`crate::conn::split_parts`]), and no more than there are connections (extra
     /// ones are opened here; fewer parts if one cannot be).
-    async fn parts(&mut self, inner: &ConsumerState, items: usize, bytes: usize) -> usize {
+    async fn parts(&mut self, inner: &State<impl Wire>, items: usize, bytes: usize) -> usize {
         let parts = crate::conn::split_parts(items, bytes);
-        let sh = &inner.shared;
+        let place = inner.wire.place();
         while self.extra.len() + 1 < parts {
-            match sh.own_connection(sh.queue.command_timeout).await {
+            match place.own_connection(place.command_timeout).await {
                 Ok(c) => self.extra.push(c),
                 Err(e) => {
                     tracing::debug!(error = %format_args!("{e:#}"), "no extra connection for the reader; fetching in fewer parts");
@@ -161,18 +167,17 @@ fn split(n: usize, parts: usize) -> impl Iterator<Item = (usize, usize)> {
 
 /// `XREADGROUP` of up to `count` new entries for this consumer, waiting up to `block`
 /// for one (`None`: answers at once).
-fn read_command(inner: &ConsumerState, count: usize, block: Option<Duration>) -> Cmd {
-    let keys = &inner.shared.keys;
+fn read_command(inner: &State<impl Wire>, count: usize, block: Option<Duration>) -> Cmd {
     let mut cmd = redis::cmd("XREADGROUP");
     cmd.arg("GROUP")
-        .arg(&keys.group)
+        .arg(&inner.wire.place().group)
         .arg(&inner.name)
         .arg("COUNT")
         .arg(count);
     if let Some(block) = block {
         cmd.arg("BLOCK").arg(ms(block));
     }
-    cmd.arg("STREAMS").arg(&keys.stream).arg(">");
+    cmd.arg("STREAMS").arg(&inner.wire.place().stream).arg(">");
     cmd
 }
 

@@ -1,10 +1,10 @@
-//! Leases: what a consumer holds, kept alive by renewal (`renew.lua`, owner-checked),
-//! and the handler cancellation that fires when one is lost.
+//! Leases: what a consumer holds, kept alive by renewal (owner-checked: pelican's
+//! `renew.lua`, Nitro's heartbeat), and the handler cancellation that fires when one is
+//! lost.
 
+use super::wire::Wire;
 use crate::conn::retry::retry_idempotent;
 use crate::error::{Error, Result};
-use crate::protocol::scripts::Renew;
-use crate::shared::Shared;
 use crate::FastMap;
 use std::sync::{Arc, Mutex};
 use tokio_util::sync::CancellationToken;
@@ -12,15 +12,17 @@ use tokio_util::sync::CancellationToken;
 /// The entries a consumer holds, by stream id.
 #[derive(Default)]
 pub(crate) struct Leases {
-    pub(super) held: Mutex<FastMap<Arc<str>, Held>>,
+    held: Mutex<FastMap<Arc<str>, Held>>,
     /// Held across a lease renewal and across a release: a renewal (`XCLAIM JUSTID`,
     /// idle back to 0) that was decided before an entry was released must not land after
     /// the release (`XCLAIM IDLE`), or the released entry waits a whole claim_idle.
-    pub(super) gate: tokio::sync::Mutex<()>,
+    pub(crate) gate: tokio::sync::Mutex<()>,
 }
 
-pub(super) struct Held {
+struct Held {
     lease: CancellationToken,
+    /// Renewed and answered with the entry (Nitro's body hash, with dedup).
+    tag: Option<Arc<str>>,
     lost: bool,
     /// Its outcome or release has been handed to the writer: the entry may stop being
     /// pending before the writer reports back, and that is not a lost lease.
@@ -29,17 +31,27 @@ pub(super) struct Held {
 
 impl Leases {
     /// Starts holding entry `sid`; the token fires if its lease is lost.
-    pub(super) fn hold(&self, sid: &Arc<str>) -> CancellationToken {
+    pub(crate) fn hold(&self, sid: &Arc<str>, tag: Option<Arc<str>>) -> CancellationToken {
         let lease = CancellationToken::new();
         self.held.lock().unwrap().insert(
             sid.clone(),
             Held {
                 lease: lease.clone(),
+                tag,
                 lost: false,
                 finishing: false,
             },
         );
         lease
+    }
+
+    /// Whether entry `sid` is in work here (held, its outcome or release not on the way).
+    pub(crate) fn in_work(&self, sid: &str) -> bool {
+        self.held
+            .lock()
+            .unwrap()
+            .get(sid)
+            .is_some_and(|h| !h.finishing)
     }
 
     /// Its outcome or release is on the way: renew it no more.
@@ -49,34 +61,48 @@ impl Leases {
         }
     }
 
+    /// The writer is done with `sids`. An entry held again meanwhile (released, then
+    /// taken again by this consumer) is a new delivery and stays.
+    pub(crate) fn forget<'a>(&self, sids: impl IntoIterator<Item = &'a Arc<str>>) {
+        let mut held = self.held.lock().unwrap();
+        for sid in sids {
+            // One lookup for the common case (still the one finished); one held again
+            // meanwhile goes back.
+            if let Some((sid, h)) = held.remove_entry(sid) {
+                if !h.finishing {
+                    held.insert(sid, h);
+                }
+            }
+        }
+    }
+
     /// Cancels every handler (shutdown past its timeout).
-    pub(super) fn cancel_all(&self) {
+    pub(crate) fn cancel_all(&self) {
         for h in self.held.lock().unwrap().values() {
             h.lease.cancel();
         }
     }
 }
 
-/// Renews the leases of what `name` holds (one script call for all of them) and
-/// cancels the handlers of the ones it lost.
-pub(super) async fn renew(sh: &Shared, name: &str, leases: &Leases) -> Result<()> {
+/// Renews the leases of what `name` holds (one call for all of them, retried: renewing
+/// twice renews twice) and cancels the handlers of the ones it lost.
+pub(crate) async fn renew<W: Wire>(wire: &W, name: &str, leases: &Leases) -> Result<()> {
     let _gate = leases.gate.lock().await;
     // Entries being finished or released need no lease any more (and a released one
     // must not get one).
-    let ids: Vec<Arc<str>> = leases
+    let held: Vec<(Arc<str>, Option<Arc<str>>)> = leases
         .held
         .lock()
         .unwrap()
         .iter()
         .filter(|(_, h)| !h.lost && !h.finishing)
-        .map(|(sid, _)| sid.clone())
+        .map(|(sid, h)| (sid.clone(), h.tag.clone()))
         .collect();
-    if ids.is_empty() {
+    if held.is_empty() {
         return Ok(());
     }
-    // Idempotent: renewing a lease twice renews it twice.
-    let call = &Renew { consumer: name }.call(&sh.scripts, ids.iter().map(|s| &**s));
-    let lost = retry_idempotent(move || async move { call.invoke(&mut sh.conn()).await })
+    let held = &held;
+    let lost = retry_idempotent(move || async move { wire.renew(name, held).await })
         .await
         .map_err(|e| Error::redis("renewing leases", e))?;
     if !lost.is_empty() {
@@ -87,10 +113,10 @@ pub(super) async fn renew(sh: &Shared, name: &str, leases: &Leases) -> Result<()
                 h.lost = true;
                 h.lease.cancel();
                 n += 1;
-                tracing::warn!(entry = %sid, consumer = %name, "lease lost: another consumer took the request over or it was withdrawn");
+                tracing::warn!(entry = %sid, consumer = %name, "lease lost: another consumer took the request over, or it was answered elsewhere or withdrawn");
             }
         }
-        sh.metrics.lease_lost(n);
+        wire.place().metrics.lease_lost(n);
     }
     Ok(())
 }

@@ -1,25 +1,22 @@
 //! The reader: reads new entries (`XREADGROUP BLOCK` on a connection of its own) and,
-//! between reads, reclaims idle ones; turns each entry into a delivery, dead-letters it
-//! or answers it "expired". Never holds more than `prefetch` deliveries.
+//! between reads, reclaims idle ones, and hands what it read to `admit.rs`. Never holds
+//! more than `prefetch` deliveries.
 
-use super::delivery::{Delivery, Job, LeaseLost};
+use super::admit::admit_all;
+use super::delivery::Delivery;
 use super::fetch::Fetch;
-use super::reclaim::reclaim;
-use super::state::{ConsumerState, ReadAhead};
+use super::state::{Hand, ReadAhead, State};
 use super::wake::{read_or_wake, ReaderConn};
-use super::writer::{Completion, WriteJob};
-use crate::clock::{ms, now_ms};
-use crate::codec::Codec;
+use super::wire::{Reclaimed, Wire};
 use crate::conn::retry::Backoff;
+use crate::error::Error;
 use crate::metrics::HandBack;
-use crate::protocol::entry::{Producers, RawEntry, Request};
-use crate::protocol::outcome::Outcome;
-use crate::protocol::scripts::Reject;
-use serde::{de::DeserializeOwned, Serialize};
+use crate::protocol::entry::RawEntry;
+use serde::de::DeserializeOwned;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, OwnedSemaphorePermit};
+use tokio::sync::mpsc;
 
 /// Most entries read in one call.
 const MAX_BATCH: usize = 256;
@@ -28,31 +25,40 @@ const MAX_BATCH: usize = 256;
 /// them, rather than waiting for hundreds of megabytes in one reply.
 const MAX_READ_BYTES: usize = 2 << 20;
 
+/// What the reader keeps between its turns.
+struct Reader<W: Wire> {
+    fetch: Fetch,
+    /// The wire's parsing state.
+    parse: W::ReadState,
+    /// Mean size of the entries of the last read (bytes), for the next read's COUNT.
+    entry_bytes: usize,
+}
+
 /// Reads new entries (and reclaims idle ones when due) into the delivery channel,
 /// never holding more than `prefetch` deliveries.
-pub(super) async fn run<Req, Resp, C>(
-    inner: Arc<ConsumerState>,
-    tx: mpsc::Sender<Delivery<Req, Resp, C>>,
-) where
+pub(super) async fn run<W, Req>(inner: Arc<State<W>>, tx: mpsc::Sender<Delivery<W, Req>>)
+where
+    W: Wire,
     Req: DeserializeOwned + Send + 'static,
-    Resp: Serialize + Send + 'static,
-    C: Codec,
 {
-    let cfg = inner.config.clone();
-    let sh = inner.shared.clone();
+    let cfg = inner.settings.clone();
     let mut conn = ReaderConn::new();
-    let mut fetch = Fetch::new();
-    let mut producers = Producers::default();
+    let mut r = Reader::<W> {
+        fetch: Fetch::new(),
+        parse: W::ReadState::default(),
+        entry_bytes: 0,
+    };
     let mut backoff = Backoff::new();
     let mut next_reclaim = Instant::now();
     let mut cursor = "-".to_string();
-    // Mean size of the entries of the last read (bytes), for the next read's COUNT.
-    let mut entry_bytes = 0usize;
+    // Until a read succeeds, a missing group may be the normal start (Nitro's producers
+    // create it); after that, it was lost.
+    let mut had_group = false;
     // Several partitions: a reader never blocks holding more than one slot (a reader
     // waiting on an empty stream with many would keep them from the partitions that have
     // work for a whole block). With slots to spare it first reads without blocking; when
     // that finds nothing, the stream is drained, and it waits with one slot.
-    let several = sh.queue.partitions > 1;
+    let several = inner.several;
     let mut drained = false;
     loop {
         // Entries this consumer released that are reclaimable now: scan at once, from
@@ -63,7 +69,8 @@ pub(super) async fn run<Req, Resp, C>(
         // serves its waiters in order), and every partition would read one entry.
         // Or, with one partition and no slot free, entries read ahead by the slots the
         // outcome writer's call will free (not while a reclaim scan is due: it waits for
-        // free slots).
+        // free slots). A stop wins over free slots: after it, nothing more is read or
+        // taken over.
         let reclaim_due = cfg.reclaim && Instant::now() >= next_reclaim;
         let ahead = inner
             .read_ahead
@@ -77,7 +84,7 @@ pub(super) async fn run<Req, Resp, C>(
                 inner.slots.clone().acquire_owned().await
             } => p.expect("never closed"),
             Some(ahead) = notified(ahead), if ahead.is_some() => {
-                read_ahead(&inner, ahead, &tx, &mut conn, &mut fetch, &mut producers, &mut entry_bytes).await;
+                read_ahead(&inner, ahead, &tx, &mut conn, &mut r).await;
                 continue;
             }
         };
@@ -113,28 +120,30 @@ pub(super) async fn run<Req, Resp, C>(
         if cfg.reclaim && Instant::now() >= next_reclaim {
             // Nothing in hand: it may take a request for its last delivery, alone.
             let idle = permits.len() + inner.slots.available_permits() >= cfg.prefetch;
-            let c = conn.get();
-            match reclaim(&inner, c, &mut fetch, &cursor, permits.len(), idle).await {
-                Ok((next, claimed, solo, waiting_alone)) => {
-                    if next == "-" {
-                        next_reclaim = Instant::now() + cfg.reclaim_interval();
+            match reclaim(&inner, &mut conn, &mut r, &cursor, permits.len(), idle).await {
+                Ok(Reclaimed {
+                    next_cursor,
+                    claimed,
+                    solo,
+                    waiting_alone,
+                }) => {
+                    had_group = true;
+                    if next_cursor == "-" {
+                        next_reclaim = Instant::now() + cfg.reclaim_interval;
                     }
-                    cursor = next;
+                    cursor = next_cursor;
                     if !claimed.is_empty() {
-                        sh.metrics.redelivered(claimed.len() as u64);
+                        inner.wire.place().metrics.redelivered(claimed.len() as u64);
                     }
-                    for (e, n) in claimed {
-                        let alone = solo.as_deref() == Some(&*e.id);
-                        // Its last delivery runs alone (see reclaim.lua): it takes every
-                        // slot, so nothing else is read until it is answered.
-                        let p = if alone {
-                            permits.take_all()
-                        } else {
-                            permits.take_one()
-                        }
-                        .expect("claimed at most the free slots");
-                        deliver(&inner, &tx, e, n, p, alone, &mut producers).await;
-                    }
+                    admit_all(
+                        &inner,
+                        &tx,
+                        claimed,
+                        solo.as_deref(),
+                        &mut permits,
+                        &mut r.parse,
+                    )
+                    .await;
                     if waiting_alone && solo.is_none() && !idle {
                         // A request waits for its last delivery, which only a consumer
                         // with nothing in hand may take: become one. Claiming it first
@@ -152,11 +161,16 @@ pub(super) async fn run<Req, Resp, C>(
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(error = %format_args!("{e:#}"), "reclaim failed");
+                    if is_nogroup(&e) {
+                        drop(permits);
+                        ensure_group(&inner, had_group, &mut backoff).await;
+                    } else {
+                        tracing::warn!(error = %format_args!("{e:#}"), "reclaim failed");
+                        // Its connection may be broken: the next turn opens another.
+                        conn.lost();
+                    }
                     next_reclaim =
-                        Instant::now() + cfg.reclaim_interval().min(Duration::from_secs(1));
-                    // Its connection may be broken: the next turn opens another.
-                    conn.lost();
+                        Instant::now() + cfg.reclaim_interval.min(Duration::from_secs(1));
                     continue;
                 }
             }
@@ -181,18 +195,19 @@ pub(super) async fn run<Req, Resp, C>(
         let probe = several && permits.len() > 1;
         let count = permits
             .len()
-            .min((MAX_READ_BYTES / entry_bytes.max(1)).max(1));
+            .min((MAX_READ_BYTES / r.entry_bytes.max(1)).max(1));
         let (c, client) = conn.for_read();
-        let read = fetch.read(&inner, c, count, (!probe).then_some(block));
+        let read = r.fetch.read(&inner, c, count, (!probe).then_some(block));
         let read = read_or_wake(&inner, client, now + block, read).await;
         match read {
             Ok(mut entries) => {
                 backoff.reset();
+                had_group = true;
                 // Stored bodies, read from the node that owns the partition's slot. A
                 // failed read is a failed read: the entries are pending and come back
                 // by reclaim.
                 let c = conn.get();
-                if let Err(e) = fetch.bodies(&inner, c, &mut entries).await {
+                if let Err(e) = r.fetch.bodies(&inner, c, &mut entries).await {
                     tracing::warn!(error = %format_args!("{e:#}"), "reading stored bodies failed; reconnecting");
                     conn.lost();
                     drop(permits);
@@ -200,7 +215,7 @@ pub(super) async fn run<Req, Resp, C>(
                     continue;
                 }
                 if let Some(mean) = RawEntry::mean_size(&entries) {
-                    entry_bytes = mean;
+                    r.entry_bytes = mean;
                 }
                 drained = entries.is_empty();
                 if entries.is_empty() && probe {
@@ -211,22 +226,15 @@ pub(super) async fn run<Req, Resp, C>(
                     // Idle for a whole block (or woken): look for released work now.
                     // Another consumer's retry, dropped delivery or shutdown makes
                     // entries reclaimable at once, and waiting for the reclaim interval
-                    // (claim_idle / 2) would leave them lying there while this consumer
-                    // has nothing to do.
+                    // would leave them lying there while this consumer has nothing to do.
                     next_reclaim = Instant::now();
                 }
-                for e in entries {
-                    let p = permits.take_one().expect("read at most the free slots");
-                    deliver(&inner, &tx, e, 1, p, false, &mut producers).await;
-                }
+                let read = entries.into_iter().map(|e| (e, 1)).collect();
+                admit_all(&inner, &tx, read, None, &mut permits, &mut r.parse).await;
             }
             Err(e) if e.code() == Some("NOGROUP") => {
-                tracing::warn!("the consumer group is gone (Redis restarted or the stream was deleted); creating it again");
                 drop(permits);
-                if let Err(e) = sh.ensure_group().await {
-                    tracing::warn!(error = %format_args!("{e:#}"), "cannot create the consumer group");
-                    wait_or_stop(&inner, backoff.next()).await;
-                }
+                ensure_group(&inner, had_group, &mut backoff).await;
             }
             Err(e) => {
                 tracing::warn!(error = %format_args!("{e:#}"), "read failed; reconnecting");
@@ -238,10 +246,55 @@ pub(super) async fn run<Req, Resp, C>(
     }
 }
 
+/// One reclaim scan on the reader's connection, and the stored bodies of what it
+/// claimed (on failure the entries stay claimed by this consumer and are reclaimed again
+/// later).
+async fn reclaim<W: Wire>(
+    inner: &State<W>,
+    conn: &mut ReaderConn,
+    r: &mut Reader<W>,
+    cursor: &str,
+    count: usize,
+    idle: bool,
+) -> crate::error::Result<Reclaimed> {
+    let c = conn.get();
+    let mut done = inner
+        .wire
+        .reclaim(c, &inner.name, &inner.settings, cursor, count, idle)
+        .await?;
+    if inner.wire.stored_bodies().is_some() {
+        let (mut entries, counts): (Vec<RawEntry>, Vec<u32>) =
+            std::mem::take(&mut done.claimed).into_iter().unzip();
+        r.fetch
+            .bodies(inner, c, &mut entries)
+            .await
+            .map_err(|e| Error::redis("reading stored bodies", e))?;
+        done.claimed = entries.into_iter().zip(counts).collect();
+    }
+    Ok(done)
+}
+
+fn is_nogroup(e: &Error) -> bool {
+    e.redis_source()
+        .is_some_and(|r| r.code() == Some("NOGROUP") || r.to_string().contains("NOGROUP"))
+}
+
+/// The stream or its group is gone (deleted, flushed, a restart without persistence), or
+/// not there yet: the wire creates the group.
+async fn ensure_group<W: Wire>(inner: &State<W>, had_group: bool, backoff: &mut Backoff) {
+    match inner.wire.ensure_group(had_group).await {
+        Ok(()) => super::register(&*inner.wire, &inner.name).await,
+        Err(e) => {
+            tracing::warn!(error = %format_args!("{e:#}"), "cannot create the consumer group");
+            wait_or_stop(inner, backoff.next()).await;
+        }
+    }
+}
+
 /// Entries this consumer released that are reclaimable now ([`super::wake::Wake`]): the
 /// reclaim scan is due at once, and starts over.
-fn take_released(inner: &ConsumerState, next_reclaim: &mut Instant, cursor: &mut String) {
-    if inner.config.reclaim && inner.wake.take_due(Instant::now()) {
+fn take_released<W: Wire>(inner: &State<W>, next_reclaim: &mut Instant, cursor: &mut String) {
+    if inner.settings.reclaim && inner.wake.take_due(Instant::now()) {
         *next_reclaim = Instant::now();
         "-".clone_into(cursor);
     }
@@ -257,32 +310,28 @@ async fn notified(ahead: Option<&ReadAhead>) -> Option<&ReadAhead> {
 /// ([`ReadAhead`]), and hands each out once its slot is free. Entries whose slots do not
 /// come free within a quarter of `claim_idle` (the writer retrying a failed call), or when
 /// the consumer stops, are released for any consumer to take at once.
-async fn read_ahead<Req, Resp, C>(
-    inner: &ConsumerState,
+async fn read_ahead<W, Req>(
+    inner: &State<W>,
     ahead: &ReadAhead,
-    tx: &mpsc::Sender<Delivery<Req, Resp, C>>,
+    tx: &mpsc::Sender<Delivery<W, Req>>,
     conn: &mut ReaderConn,
-    fetch: &mut Fetch,
-    producers: &mut Producers,
-    entry_bytes: &mut usize,
+    r: &mut Reader<W>,
 ) where
+    W: Wire,
     Req: DeserializeOwned + Send + 'static,
-    Resp: Serialize + Send + 'static,
-    C: Codec,
 {
     let freeing = ahead.freeing.load(Ordering::SeqCst);
     if freeing == 0 || inner.stop.is_cancelled() {
         return;
     }
-    let sh = &inner.shared;
     // The reader's own turn reconnects, with backoff.
     if !conn.is_open() && conn.open(inner).await.is_err() {
         return;
     }
     let count = freeing
         .min(MAX_BATCH)
-        .min((MAX_READ_BYTES / (*entry_bytes).max(1)).max(1));
-    let mut entries = match fetch.read(inner, conn.get(), count, None).await {
+        .min((MAX_READ_BYTES / r.entry_bytes.max(1)).max(1));
+    let mut entries = match r.fetch.read(inner, conn.get(), count, None).await {
         Ok(e) if e.is_empty() => return,
         Ok(e) => e,
         Err(e) => {
@@ -291,7 +340,7 @@ async fn read_ahead<Req, Resp, C>(
             return;
         }
     };
-    let wait = inner.config.claim_idle / 4;
+    let wait = inner.settings.claim_idle / 4;
     let slots = inner.slots.clone().acquire_many_owned(entries.len() as u32);
     // Stopping first: a consumer that stops frees the slots of what it had in work, and
     // entries given those slots now would only be dropped again by the stopping reader.
@@ -306,156 +355,24 @@ async fn read_ahead<Req, Resp, C>(
         }
         return;
     };
-    if let Err(e) = fetch.bodies(inner, conn.get(), &mut entries).await {
+    if let Err(e) = r.fetch.bodies(inner, conn.get(), &mut entries).await {
         // As for any read: the entries are pending and come back by reclaim.
         tracing::warn!(error = %format_args!("{e:#}"), "reading stored bodies failed; reconnecting");
         conn.lost();
         return;
     }
     if let Some(mean) = RawEntry::mean_size(&entries) {
-        *entry_bytes = mean;
+        r.entry_bytes = mean;
     }
-    sh.metrics.read_ahead(entries.len() as u64);
+    inner.wire.place().metrics.read_ahead(entries.len() as u64);
     let mut permits = Hand(Some(permits));
-    for e in entries {
-        let p = permits.take_one().expect("a slot for each entry");
-        deliver(inner, tx, e, 1, p, false, producers).await;
-    }
+    let read = entries.into_iter().map(|e| (e, 1)).collect();
+    admit_all(inner, tx, read, None, &mut permits, &mut r.parse).await;
 }
 
-/// The prefetch slots a reader holds for one read: one permit bundle.
-struct Hand(Option<OwnedSemaphorePermit>);
-
-impl Hand {
-    fn len(&self) -> usize {
-        self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
-    }
-
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// One slot, for one delivery.
-    fn take_one(&mut self) -> Option<OwnedSemaphorePermit> {
-        let p = self.0.as_mut()?;
-        if p.num_permits() > 1 {
-            p.split(1)
-        } else {
-            self.0.take()
-        }
-    }
-
-    /// Every slot left.
-    fn take_all(&mut self) -> Option<OwnedSemaphorePermit> {
-        self.0.take()
-    }
-}
-
-async fn wait_or_stop(inner: &ConsumerState, d: Duration) {
+async fn wait_or_stop<W: Wire>(inner: &State<W>, d: Duration) {
     tokio::select! {
         _ = tokio::time::sleep(d) => {}
         _ = inner.stop.cancelled() => {}
-    }
-}
-
-/// Turns one entry into a delivery, or dead-letters it, or answers it "expired".
-/// `alone`: its last delivery; it is handed out only once every other delivery in hand
-/// has been answered, and holds every slot until it is answered itself.
-async fn deliver<Req, Resp, C>(
-    inner: &ConsumerState,
-    tx: &mpsc::Sender<Delivery<Req, Resp, C>>,
-    e: RawEntry,
-    deliveries: u32,
-    mut permit: OwnedSemaphorePermit,
-    alone: bool,
-    producers: &mut Producers,
-) where
-    Req: DeserializeOwned + Send + 'static,
-    Resp: Serialize + Send + 'static,
-    C: Codec,
-{
-    let sid = e.id.clone();
-    let tp = crate::trace::from_entry(e.get(crate::trace::FIELD));
-    let mut req = match Request::from_entry(e, inner.shared.queue.max_body_bytes, producers) {
-        Ok(r) => r,
-        Err(reason) => return reject(inner, &sid, &reason, deliveries).await,
-    };
-    if req.deadline_ms < now_ms() {
-        inner.writer.send(WriteJob::Complete(Completion {
-            sid,
-            rid: req.rid,
-            from: req.from,
-            deadline_ms: req.deadline_ms,
-            indexed: req.indexed,
-            stored_body: req.stored_body,
-            small: req.small,
-            outcome: Outcome::Expired("deadline passed before a consumer started it".into()),
-            ack: None,
-            slot: None,
-        }));
-        return;
-    }
-    let value = match req.decode_body::<C, Req>() {
-        Ok(v) => v,
-        Err(err) => {
-            return reject(inner, &sid, &format!("undecodable body: {err}"), deliveries).await
-        }
-    };
-    let lease = inner.leases.hold(&sid);
-    if alone {
-        // Held (so its lease is renewed) while the work in hand drains.
-        let missing = inner.config.prefetch.saturating_sub(permit.num_permits());
-        if missing > 0 {
-            tokio::select! {
-                rest = inner.slots.clone().acquire_many_owned(missing as u32) => {
-                    permit.merge(rest.expect("never closed"));
-                }
-                _ = inner.stop.cancelled() => {}
-            }
-        }
-    }
-    let job = Job {
-        sid,
-        rid: req.rid,
-        from: req.from,
-        indexed: req.indexed,
-        stored_body: req.stored_body,
-        small: req.small,
-        deliveries,
-        deadline_ms: req.deadline_ms,
-        submitted_ms: req.submitted_ms,
-        tp,
-        lease: LeaseLost(lease),
-    };
-    let d = Delivery::new(inner.writer.clone(), value, job, permit);
-    if let Err(mpsc::error::SendError(d)) = tx.send(d).await {
-        // Nobody takes deliveries any more (stopping): dropping it releases it.
-        drop(d);
-    }
-}
-
-async fn reject(inner: &ConsumerState, sid: &str, reason: &str, deliveries: u32) {
-    let sh = &inner.shared;
-    tracing::warn!(entry = sid, reason, "dead-lettering a malformed entry");
-    let r = Reject {
-        consumer: &inner.name,
-        sid,
-        reason,
-        deliveries,
-        now_ms: now_ms(),
-        result_ttl_ms: ms(sh.queue.result_ttl),
-        reply_maxlen: sh.queue.reply_maxlen,
-        dead_maxlen: sh.queue.dead_maxlen,
-        max_body_bytes: sh.queue.max_body_bytes,
-    }
-    .call(&sh.scripts)
-    .invoke(&mut sh.conn())
-    .await;
-    match r {
-        Ok(true) => sh.metrics.dead_lettered(1),
-        Ok(false) => {}
-        Err(e) => {
-            tracing::warn!(error = %format_args!("{e:#}"), entry = sid, "could not dead-letter; it will be reclaimed and tried again")
-        }
     }
 }

@@ -4,17 +4,17 @@
 //! Entries this consumer releases (a handler's retry, a panic, a dropped delivery) are
 //! found by the reclaim scan, which the reader runs between reads. Left to itself, a
 //! reader blocked on an empty stream would run it only when its block ran out
-//! (`ConsumerConfig::block`): a retry waited for the block. So the outcome writer tells
+//! (the consumer's `block`): a retry waited for the block. So the outcome writer tells
 //! [`Wake`] when the entries it released become reclaimable (at once, or after a
 //! `retry_after` delay), and the reader, while it blocks, ends its read then
 //! ([`read_or_wake`]: `CLIENT UNBLOCK`, `conn/unblock.rs`) and scans. A stop ends the read
 //! the same way. A consumer that leaves with entries released wakes the other consumers'
 //! readers of the partition ([`wake_others`]), which take them at once.
 
-use super::state::ConsumerState;
+use super::state::State;
+use super::wire::Wire;
 use crate::conn::{unblock, OwnConn};
 use crate::error::Result;
-use crate::shared::Shared;
 use std::collections::BTreeSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -124,12 +124,13 @@ impl ReaderConn {
         self.conn.is_some()
     }
 
-    /// Opens the connection (a blocking one, `Shared::blocking_connection`), names it and
+    /// Opens the connection (a blocking one, `Place::blocking_connection`), names it and
     /// learns its id.
-    pub(super) async fn open(&mut self, inner: &ConsumerState) -> Result<()> {
-        let sh = &inner.shared;
-        let (mut conn, node) = sh.blocking_connection_at(inner.config.block).await?;
-        let name = sh.keys.reader_client(&inner.name);
+    pub(super) async fn open<W: Wire>(&mut self, inner: &State<W>) -> Result<()> {
+        let place = inner.wire.place();
+        let timeout = inner.settings.block + place.command_timeout;
+        let (mut conn, node) = place.blocking_connection(timeout).await?;
+        let name = place.reader_client(&inner.name);
         self.client = match unblock::identify(&mut conn, &name).await {
             Ok(id) => Some(Client { id, node }),
             // No reply: the connection is no good.
@@ -170,8 +171,8 @@ impl ReaderConn {
 /// connection) when the consumer stops or, with reclaim on, when released entries become
 /// reclaimable before `ends`. The read then returns at once, with nothing or with the
 /// entries Redis had given it: what it returns is handled as usual.
-pub(super) async fn read_or_wake<T>(
-    inner: &ConsumerState,
+pub(super) async fn read_or_wake<T, W: Wire>(
+    inner: &State<W>,
     client: Option<&Client>,
     ends: Instant,
     read: impl Future<Output = T>,
@@ -188,14 +189,14 @@ pub(super) async fn read_or_wake<T>(
         let stopping = inner.stop.is_cancelled();
         let due = if stopping {
             Some(Instant::now())
-        } else if inner.config.reclaim {
+        } else if inner.settings.reclaim {
             wake.next_due().filter(|&d| d < ends)
         } else {
             None
         };
         let at = due.map(|d| again.map_or(d, |a| a.max(d)));
         // No timer while there is nothing to wake for (most reads).
-        let time_up = async {
+        let time_up = async move {
             match at {
                 Some(at) => tokio::time::sleep_until(at.into()).await,
                 None => std::future::pending().await,
@@ -207,9 +208,9 @@ pub(super) async fn read_or_wake<T>(
             _ = inner.stop.cancelled(), if !stopping => {}
             _ = wake.notify.notified(), if !stopping => {}
             _ = time_up => {
-                let sh = &inner.shared;
+                let place = inner.wire.place();
                 let node = client.node.as_deref();
-                match unblock::unblock(&mut sh.conn(), &sh.keys.stream, node, client.id).await {
+                match unblock::unblock(&mut place.conn.clone(), &place.stream, node, client.id).await {
                     Ok(true) => return read.await,
                     Ok(false) => {
                         again = Some(Instant::now() + pause);
@@ -225,15 +226,16 @@ pub(super) async fn read_or_wake<T>(
     }
 }
 
-/// Wakes the readers of the other consumers of `sh`'s partition (on its node), so that
+/// Wakes the readers of the other consumers of the partition (on its node), so that
 /// they take what this one, `consumer`, released as it left. Best effort: a reader not
 /// woken takes it when its block runs out.
-pub(super) async fn wake_others(sh: &Shared, consumer: &str) {
+pub(super) async fn wake_others<W: Wire>(wire: &W, consumer: &str) {
+    let place = wire.place();
     let r = unblock::unblock_named(
-        &mut sh.conn(),
-        &sh.keys.stream,
-        &sh.keys.reader_clients(),
-        &sh.keys.reader_client(consumer),
+        &mut place.conn.clone(),
+        &place.stream,
+        &place.reader_clients,
+        &place.reader_client(consumer),
     )
     .await;
     match r {

@@ -1,58 +1,37 @@
-//! The outcome writer: batches completions into one `complete.lua` call and releases into
-//! one `release.lua` call, on a connection of its own. Deliveries reach it through a
-//! [`Writer`] handle.
+//! The outcome writer: batches answers into one call ([`Wire::complete`]) and releases
+//! into one call per idle time ([`Wire::release`]), on a connection of its own.
+//! Deliveries reach it through a [`Writer`] handle.
 
 use super::lease::Leases;
 use super::state::ReadAhead;
 use super::wake::Wake;
-use crate::clock::{ms, now_ms};
-use crate::conn::framed::StoredBody;
+use super::wire::{Wire, Written};
+use crate::clock::ms;
 use crate::conn::retry::Backoff;
 use crate::conn::OwnConn;
 use crate::error::{Error, ErrorKind, Result};
-use crate::metrics::{HandBack, Metrics};
-use crate::protocol::outcome::{Outcome, STORED_ANSWER_MIN};
-use crate::protocol::scripts::{self, Complete, CompleteEntry, Completed, ScriptCall};
-use crate::shared::Shared;
+use crate::metrics::HandBack;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 /// Most outcomes or releases written in one call.
 const MAX_BATCH: usize = 256;
 
-/// How much longer than the result ttl a stored answer is kept: a waiter told of it just
-/// before its outcome expires still finds it.
-const ANSWER_GRACE_MS: u64 = 60_000;
-
 /// A job for the writer.
-pub(crate) enum WriteJob {
-    Complete(Completion),
+pub(crate) enum WriteJob<W: Wire> {
+    Complete(Completion<W>),
     Release(Release),
     Flush(oneshot::Sender<()>),
 }
 
-/// An outcome to record for one entry.
-pub(crate) struct Completion {
+/// An answer to record for one entry.
+pub(crate) struct Completion<W: Wire> {
     pub(crate) sid: Arc<str>,
-    pub(crate) rid: Arc<str>,
-    pub(crate) from: Arc<str>,
-    /// The entry's deadline (ms since the epoch).
-    pub(crate) deadline_ms: u64,
-    pub(crate) indexed: bool,
-    /// Its body is stored beside the stream (deleted with the entry).
-    pub(crate) stored_body: bool,
-    /// Small enough to wait for a trim (see `complete.lua`).
-    pub(crate) small: bool,
-    /// A response of `STORED_ANSWER_MIN` bytes or more is stored beside the stream
-    /// (docs/PROTOCOL.md, "Stored answers"): SET under a new name in the same write and
-    /// transaction as each call that records it, the outcome naming it. A new name each
-    /// time: a call that failed on the way may have recorded its outcome, and the call
-    /// sent again must not delete that answer when it loses.
-    pub(crate) outcome: Outcome,
+    pub(crate) finish: W::Finish,
     pub(crate) ack: Option<oneshot::Sender<Result<bool>>>,
     /// Handed over without waiting ([`crate::Consumer::serve`]): the delivery's prefetch
     /// slot, dropped once the outcome is written, and a failure to write it is logged here.
@@ -68,29 +47,27 @@ pub(crate) struct Release {
     pub(crate) slot: Option<OwnedSemaphorePermit>,
 }
 
-/// What a delivery needs of its consumer: the way to the writer and the limits.
-pub(crate) struct Writer {
-    tx: mpsc::UnboundedSender<WriteJob>,
+/// What a delivery needs of its consumer: the way to the writer, the wire and the
+/// limits.
+pub(crate) struct Writer<W: Wire> {
+    tx: mpsc::UnboundedSender<WriteJob<W>>,
+    pub(crate) wire: Arc<W>,
     leases: Arc<Leases>,
     claim_idle: Duration,
-    max_body_bytes: usize,
-    metrics: Metrics,
 }
 
-impl Writer {
+impl<W: Wire> Writer<W> {
     pub(super) fn new(
-        tx: mpsc::UnboundedSender<WriteJob>,
+        tx: mpsc::UnboundedSender<WriteJob<W>>,
+        wire: Arc<W>,
         leases: Arc<Leases>,
         claim_idle: Duration,
-        max_body_bytes: usize,
-        metrics: Metrics,
-    ) -> Writer {
+    ) -> Writer<W> {
         Writer {
             tx,
+            wire,
             leases,
             claim_idle,
-            max_body_bytes,
-            metrics,
         }
     }
 
@@ -99,21 +76,11 @@ impl Writer {
         self.claim_idle
     }
 
-    /// Largest body accepted.
-    pub(crate) fn max_body_bytes(&self) -> usize {
-        self.max_body_bytes
-    }
-
-    /// The queue's metrics.
-    pub(crate) fn metrics(&self) -> &Metrics {
-        &self.metrics
-    }
-
     /// Hands entry `sid` back for any consumer to take at once (released with an idle time
     /// of `claim_idle`); its prefetch slot, if it had one, is not the release's. Counted
     /// by `why`.
     pub(crate) fn hand_back(&self, sid: Arc<str>, why: HandBack) {
-        self.metrics.handed_back(why);
+        self.wire.place().metrics.handed_back(why);
         self.send(WriteJob::Release(Release {
             sid,
             idle_ms: ms(self.claim_idle),
@@ -124,7 +91,7 @@ impl Writer {
 
     /// Hands a job to the writer. An entry whose outcome or release is on the way needs
     /// no more lease renewals.
-    pub(crate) fn send(&self, job: WriteJob) {
+    pub(crate) fn send(&self, job: WriteJob<W>) {
         let sid = match &job {
             WriteJob::Complete(c) => Some(&c.sid),
             WriteJob::Release(r) => Some(&r.sid),
@@ -136,18 +103,13 @@ impl Writer {
         if let Err(mpsc::error::SendError(job)) = self.tx.send(job) {
             // The writer is gone (consumer dropped): the entry stays pending and is
             // reclaimed after claim_idle.
+            let gone = || Error::new(ErrorKind::Shutdown, "the consumer is shut down");
             match job {
                 WriteJob::Complete(Completion { ack: Some(a), .. }) => {
-                    let _ = a.send(Err(Error::new(
-                        ErrorKind::Shutdown,
-                        "the consumer is shut down",
-                    )));
+                    let _ = a.send(Err(gone()));
                 }
                 WriteJob::Release(Release { ack: Some(a), .. }) => {
-                    let _ = a.send(Err(Error::new(
-                        ErrorKind::Shutdown,
-                        "the consumer is shut down",
-                    )));
+                    let _ = a.send(Err(gone()));
                 }
                 _ => {}
             }
@@ -156,16 +118,12 @@ impl Writer {
 }
 
 /// What the writer task works with.
-pub(super) struct WriterTask {
-    pub(super) shared: Arc<Shared>,
+pub(super) struct WriterTask<W: Wire> {
+    pub(super) wire: Arc<W>,
     pub(super) name: String,
     pub(super) claim_idle: Duration,
     pub(super) leases: Arc<Leases>,
     pub(super) stop: CancellationToken,
-    /// This consumer's part of the names of its stored answers, random: a name is never
-    /// used twice, by this consumer or another, or by this one after a restart.
-    pub(super) answer_token: String,
-    pub(super) next_answer: AtomicU64,
     /// Told how many prefetch slots each call will free (see [`ReadAhead`]).
     pub(super) read_ahead: Option<Arc<ReadAhead>>,
     /// Told when what it released becomes reclaimable (the reader takes it then).
@@ -174,29 +132,21 @@ pub(super) struct WriterTask {
     pub(super) reclaims: bool,
 }
 
-impl WriterTask {
-    /// A new name for a stored answer of entry `sid` (see `lib.lua`, "stored answer").
-    fn answer_name(&self, sid: &str) -> String {
-        let n = self.next_answer.fetch_add(1, Ordering::Relaxed);
-        format!("a{sid}.{}.{n}", self.answer_token)
-    }
-}
-
 /// Writes outcomes and releases in batches: whatever queued up while the previous call
 /// was on the wire goes in the next one. The writers of the partitions on one node take
 /// turns (one call on the wire per node, see [`crate::shared::NodeGate`]): what queues up
 /// while another partition's call is on the wire goes in this partition's next call.
-pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<WriteJob>) {
+pub(super) async fn run<W: Wire>(w: WriterTask<W>, mut rx: mpsc::UnboundedReceiver<WriteJob<W>>) {
     // The writer's own connection: one call at a time, off the shared connection.
     let mut conn: Option<OwnConn> = None;
     let mut jobs = Vec::new();
-    let gate = inner.shared.node.writes.clone();
+    let gate = w.wire.place().write_gate.clone();
     while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
         // This node's turn (held over this round of calls), then whatever else queued
         // up meanwhile.
         let mut turn = Some(gate.acquire().await.expect("never closed"));
         take_queued(&mut rx, &mut jobs);
-        let mut completes: Vec<Completion> = Vec::new();
+        let mut completes: Vec<Completion<W>> = Vec::new();
         let mut releases: Vec<Release> = Vec::new();
         let mut flushes = Vec::new();
         let mut wake_others = false;
@@ -210,29 +160,33 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
         if !completes.is_empty() {
             // The slots this call frees, for the reader to read ahead by.
             let freeing = completes.iter().filter(|c| c.slot.is_some()).count();
-            let ahead = inner.read_ahead.as_ref().filter(|_| freeing > 0);
+            let ahead = w.read_ahead.as_ref().filter(|_| freeing > 0);
             if let Some(a) = ahead {
                 a.freeing.fetch_add(freeing, Ordering::SeqCst);
                 a.notify.notify_one();
             }
-            let results =
-                write_all_completions(&inner, &mut conn, &completes, &gate, &mut turn).await;
-            let metrics = &inner.shared.metrics;
-            let mut held = inner.leases.held.lock().unwrap();
+            let results = write_all(&w, &mut conn, &completes, &gate, &mut turn).await;
+            w.leases.forget(completes.iter().map(|c| &c.sid));
+            let metrics = &w.wire.place().metrics;
             for (c, r) in completes.into_iter().zip(results) {
-                held.remove(&c.sid);
-                match &r {
-                    Ok(true) => metrics.completed(c.outcome.label(), 1),
-                    Ok(false) => metrics.duplicate_dropped(1),
-                    Err(_) => {}
-                }
+                let r = match r {
+                    Ok(Written::Recorded(others)) => {
+                        let label = W::label(&c.finish);
+                        metrics.completed(label, 1 + others);
+                        Ok(true)
+                    }
+                    Ok(_) => {
+                        metrics.duplicate_dropped(1);
+                        Ok(false)
+                    }
+                    Err(e) => Err(e),
+                };
                 if let Some(a) = c.ack {
                     let _ = a.send(r);
                 } else if let (Some(_), Err(e)) = (&c.slot, &r) {
-                    tracing::warn!(rid = %c.rid, error = %format_args!("{e:#}"), "could not record an outcome");
+                    tracing::warn!(entry = %c.sid, error = %format_args!("{e:#}"), "could not record an outcome");
                 }
             }
-            drop(held);
             // Every slot of the call is free now (dropped with its completion).
             if let Some(a) = ahead {
                 a.freeing.fetch_sub(freeing, Ordering::SeqCst);
@@ -245,20 +199,23 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
             }
             let mut result = Ok(());
             for (idle, sids) in by_idle {
-                match release(&inner, &mut conn, idle, &sids).await {
+                let released = {
+                    let _gate = w.leases.gate.lock().await;
+                    w.wire.release(&mut conn, &w.name, idle, &sids).await
+                };
+                match released {
                     // Reclaimable once their idle time reaches claim_idle (a
                     // millisecond later, for Redis' clock's rounding): the reader wakes
                     // then (told before the slots go: a reader waiting for one scans
                     // first).
                     Ok(()) => {
-                        let wait = ms(inner.claim_idle).saturating_sub(idle) + 1;
+                        let wait = ms(w.claim_idle).saturating_sub(idle) + 1;
                         let at = Instant::now() + Duration::from_millis(wait);
-                        inner
-                            .wake
-                            .released(inner.reclaims.then_some(at), inner.stop.is_cancelled());
+                        w.wake
+                            .released(w.reclaims.then_some(at), w.stop.is_cancelled());
                         // This consumer never takes released entries: the others do,
                         // at once (a delayed one at their next scan).
-                        wake_others |= !inner.reclaims && idle >= ms(inner.claim_idle);
+                        wake_others |= !w.reclaims && idle >= ms(w.claim_idle);
                     }
                     Err(e) => {
                         tracing::warn!(error = %format_args!("{e:#}"), "releasing entries failed; they are reclaimed after claim_idle");
@@ -266,9 +223,8 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
                     }
                 }
             }
-            let mut held = inner.leases.held.lock().unwrap();
+            w.leases.forget(releases.iter().map(|r| &r.sid));
             for r in releases {
-                held.remove(&r.sid);
                 if let Some(a) = r.ack {
                     let _ = a.send(result.clone());
                 }
@@ -278,7 +234,7 @@ pub(super) async fn run(inner: WriterTask, mut rx: mpsc::UnboundedReceiver<Write
         }
         drop(turn);
         if wake_others {
-            super::wake::wake_others(&inner.shared, &inner.name).await;
+            super::wake::wake_others(&*w.wire, &w.name).await;
         }
         for f in flushes {
             let _ = f.send(());
@@ -296,32 +252,34 @@ fn take_queued<T>(rx: &mut mpsc::UnboundedReceiver<T>, jobs: &mut Vec<T>) {
     }
 }
 
-/// Writes the outcomes of `completes`: whether each was recorded (or the error). Retries
-/// while the leases could still be ours (after that another consumer has taken the
-/// entries over and the outcomes would be dropped anyway), the node's turn given up
-/// meanwhile so the other partitions' writers go on: a failed call is sent again whole,
-/// an outcome whose stored answer did not arrive alone.
-async fn write_all_completions<'g>(
-    inner: &WriterTask,
+/// Writes the answers of `completes`: what became of each (or the error). Retries while
+/// the leases could still be ours (after that another consumer has taken the entries
+/// over and the answers would be dropped anyway), the node's turn given up meanwhile so
+/// the other partitions' writers go on: a failed call is sent again whole, an answer
+/// whose stored answer did not arrive alone.
+async fn write_all<'g, W: Wire>(
+    w: &WriterTask<W>,
     conn: &mut Option<OwnConn>,
-    completes: &[Completion],
-    gate: &'g tokio::sync::Semaphore,
-    turn: &mut Option<tokio::sync::SemaphorePermit<'g>>,
-) -> Vec<Result<bool>> {
-    let give_up = Instant::now() + inner.claim_idle;
+    completes: &[Completion<W>],
+    gate: &'g Semaphore,
+    turn: &mut Option<SemaphorePermit<'g>>,
+) -> Vec<Result<Written>> {
+    let give_up = Instant::now() + w.claim_idle;
     let mut backoff = Backoff::new();
-    let mut results: Vec<Option<Result<bool>>> = vec![None; completes.len()];
+    let mut results: Vec<Option<Result<Written>>> = vec![None; completes.len()];
     let mut todo: Vec<usize> = (0..completes.len()).collect();
     loop {
-        let batch: Vec<&Completion> = todo.iter().map(|&i| &completes[i]).collect();
-        let retry = match write_completions(inner, conn, &batch).await {
-            Ok(done) => {
+        let batch: Vec<(&Arc<str>, &W::Finish)> = todo
+            .iter()
+            .map(|&i| (&completes[i].sid, &completes[i].finish))
+            .collect();
+        let retry = match w.wire.complete(conn, &batch).await {
+            Ok(done) if done.len() == todo.len() => {
                 let mut missing = Vec::new();
                 for (&i, d) in todo.iter().zip(done) {
                     match d {
-                        Completed::Recorded => results[i] = Some(Ok(true)),
-                        Completed::Dropped => results[i] = Some(Ok(false)),
-                        Completed::AnswerMissing => missing.push(i),
+                        Written::AnswerMissing => missing.push(i),
+                        d => results[i] = Some(Ok(d)),
                     }
                 }
                 todo = missing;
@@ -333,9 +291,13 @@ async fn write_all_completions<'g>(
                     "Redis did not store the response (the SET before the outcome failed)",
                 )
             }
+            Ok(_) => Error::new(
+                ErrorKind::Redis,
+                "unexpected reply to the outcome write: not one result per outcome",
+            ),
             Err(e) => e,
         };
-        if Instant::now() >= give_up || inner.stop.is_cancelled() {
+        if Instant::now() >= give_up || w.stop.is_cancelled() {
             for &i in &todo {
                 results[i] = Some(Err(retry.clone()));
             }
@@ -350,98 +312,4 @@ async fn write_all_completions<'g>(
         .into_iter()
         .map(|r| r.expect("every outcome written or failed"))
         .collect()
-}
-
-async fn write_completions(
-    inner: &WriterTask,
-    conn: &mut Option<OwnConn>,
-    jobs: &[&Completion],
-) -> Result<Vec<Completed>> {
-    let sh = &inner.shared;
-    // Each outcome as sent; a large response stored under a new name, named instead.
-    let ttl_ms = ms(sh.queue.result_ttl) + ANSWER_GRACE_MS;
-    let mut answers: Vec<StoredBody<'_>> = Vec::new();
-    let outcomes: Vec<Vec<u8>> = jobs
-        .iter()
-        .map(|c| match &c.outcome {
-            Outcome::Ok(body) if body.len() >= STORED_ANSWER_MIN => {
-                let name = inner.answer_name(&c.sid);
-                answers.push(StoredBody {
-                    key: sh.keys.body(&name),
-                    body,
-                    ttl_ms,
-                });
-                Outcome::Stored {
-                    len: body.len(),
-                    name,
-                }
-                .encode()
-            }
-            o => o.encode(),
-        })
-        .collect();
-    let call = Complete {
-        result_ttl_ms: ms(sh.queue.result_ttl),
-        reply_maxlen: sh.queue.reply_maxlen,
-        now_ms: now_ms(),
-    }
-    .call(
-        &sh.scripts,
-        jobs.iter()
-            .zip(&outcomes)
-            .map(|(c, outcome)| CompleteEntry {
-                sid: &c.sid,
-                rid: &c.rid,
-                from: &c.from,
-                deadline_ms: c.deadline_ms,
-                indexed: c.indexed,
-                stored_body: c.stored_body,
-                small: c.small,
-                outcome,
-            }),
-    );
-    eval_own(inner, conn, &call, &answers)
-        .await
-        .map_err(|e| Error::redis("writing outcomes", e))
-}
-
-async fn release(
-    inner: &WriterTask,
-    conn: &mut Option<OwnConn>,
-    idle_ms: u64,
-    sids: &[Arc<str>],
-) -> Result<()> {
-    let sh = &inner.shared;
-    let _gate = inner.leases.gate.lock().await;
-    let call = scripts::Release {
-        consumer: &inner.name,
-        idle_ms,
-    }
-    .call(&sh.scripts, sids.iter().map(|s| &**s));
-    eval_own(inner, conn, &call, &[])
-        .await
-        .map_err(|e| Error::redis("releasing entries", e))?;
-    Ok(())
-}
-
-/// Runs a script call on the writer's own connection, after the SETs of `answers` in the
-/// same write and the same transaction (`atomic.rs`), opening the connection when needed
-/// ([`crate::conn::on_own`]: one that failed, or whose partition's slot is served
-/// elsewhere now, is dropped, and the next call opens a new one).
-async fn eval_own<R>(
-    inner: &WriterTask,
-    conn: &mut Option<OwnConn>,
-    call: &ScriptCall<'_, R>,
-    answers: &[StoredBody<'_>],
-) -> redis::RedisResult<R> {
-    let sh = &inner.shared;
-    let open = async || sh.own_connection(sh.queue.command_timeout).await;
-    crate::conn::on_own(conn, open, async |c| {
-        if answers.is_empty() {
-            call.invoke_on(c, &mut sh.conn()).await
-        } else {
-            super::atomic::invoke_with_answers(call, c, &mut sh.conn(), answers).await
-        }
-    })
-    .await
 }

@@ -3,7 +3,7 @@
 //! the setting is part of the agreement between the processes of a stream (idletime,
 //! answer TTL, request timeout), and pelican's where it is not (polling, heartbeats).
 
-use crate::config::{redacted_url, QueueConfig, DEFAULT_COMMAND_TIMEOUT};
+use crate::config::{positive, redacted_url, QueueConfig, DEFAULT_COMMAND_TIMEOUT};
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -400,13 +400,6 @@ impl ProducerConfig {
         positive("verify_interval", self.verify_interval)?;
         Ok(())
     }
-}
-
-fn positive(what: &str, d: Duration) -> Result<()> {
-    if d.is_zero() {
-        return Err(Error::config(format!("{what} must be positive")));
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::time::Duration;
 pub(crate) struct Link {
     pub(crate) config: StreamConfig,
     pub(crate) keys: StreamKeys,
-    endpoint: Endpoint,
+    pub(crate) endpoint: Endpoint,
     conn: Conn,
     pub(crate) scripts: Scripts,
     pub(crate) metrics: Metrics,
@@ -24,7 +24,7 @@ impl Link {
     pub(crate) async fn connect(config: &StreamConfig) -> Result<Arc<Link>> {
         config.validate()?;
         let q = config.connection();
-        let endpoint = Endpoint::of(&q)?;
+        let endpoint = Endpoint::of(&q.url, q.tls_root_ca_pem.as_deref(), q.command_timeout)?;
         if matches!(endpoint, Endpoint::Cluster(_)) {
             // Nitro's answer keys carry no hash tag: the answer script spans slots.
             return Err(Error::config(
@@ -32,7 +32,7 @@ impl Link {
                  carry no hash tag, so its answer cannot be written atomically on a cluster",
             ));
         }
-        let conn = endpoint.connect(&q).await?;
+        let conn = endpoint.connect(&q.url, q.command_timeout).await?;
         Ok(Arc::new(Link {
             keys: StreamKeys::new(&config.stream),
             config: config.clone(),

@@ -5,16 +5,16 @@
 //! connections when they are large, as the consumer's reader splits its reads), resolves
 //! the waiters, and deletes what nothing caches (dedup off: one waiter, no index).
 
-use super::pending::Inner;
-use super::stored::query;
+use super::lean::query;
+use super::state::Inner;
 use crate::clock::now_ms;
 use crate::conn::cluster::worth_sending_again;
 use crate::conn::retry::Backoff;
 use crate::error::{Error, ErrorKind};
 use crate::metrics::Resubmit;
-use crate::protocol::entry;
 use crate::protocol::outcome::Outcome;
 use crate::protocol::scripts::Forget;
+use crate::protocol::stored;
 use futures_util::future::join_all;
 use redis::RedisResult;
 use std::collections::HashSet;
@@ -173,7 +173,7 @@ async fn fetch(inner: &Inner, part: &[&AnswerJob]) -> RedisResult<Vec<Option<Vec
         cmd.arg(inner.shared.keys.body(&j.name));
     }
     let reply = query(inner, &cmd).await?;
-    Ok(entry::mget_values(reply))
+    Ok(stored::mget_values(reply))
 }
 
 /// Deletes the answers of `names` that no waiter will read: without dedup, an answer is

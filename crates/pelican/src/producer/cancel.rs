@@ -1,6 +1,7 @@
 //! Withdrawals: a request nobody waits for any more is taken off the queue.
 
-use super::pending::{CancelJob, Inner};
+use super::pending::CancelJob;
+use super::state::Inner;
 use super::submit::MAX_BATCH;
 use crate::conn::retry::retry_idempotent;
 use crate::error::{Error, Result};

@@ -1,8 +1,8 @@
 //! The producer's slow loop: trim and refresh its reply stream, sweep for outcomes whose
 //! push was missed, run the janitor.
 
-use super::pending::Inner;
 use super::replies::create_reply_stream;
+use super::state::Inner;
 use crate::clock::{ms, now_ms};
 use crate::error::{Error, Result};
 use crate::metrics::Resubmit;

@@ -8,11 +8,12 @@
 
 mod answers;
 mod cancel;
+mod lean;
 mod maintenance;
 mod options;
 mod pending;
 mod replies;
-mod stored;
+mod state;
 mod submit;
 mod ticket;
 mod watch;
@@ -29,8 +30,9 @@ use crate::ids;
 use crate::shared::Shared;
 use crate::task::TaskSet;
 use bytes::Bytes;
-use pending::{CancelJob, Inner, Pending, State, SubmitJob};
+use pending::{CancelJob, Pending, State, SubmitJob};
 use serde::{de::DeserializeOwned, Serialize};
+use state::Inner;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,18 +1,16 @@
-//! The producer's state: the requests it waits for (the waiters table) and how an
-//! outcome reaches every local waiter of a request.
+//! The waiters table: the requests a producer waits for, how an outcome reaches every
+//! local waiter of a request, and when a request is submitted again or withdrawn.
 
 use super::answers::AnswerJob;
+use super::state::Inner;
 use crate::clock::now_ms;
-use crate::config::ProducerConfig;
 use crate::error::{Error, ErrorKind, Result};
 use crate::metrics::Resubmit;
 use crate::protocol::outcome::Outcome;
-use crate::shared::Shared;
 use crate::FastMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 /// Most times a request that expired before a local waiter's deadline is submitted again.
 const MAX_EXPIRY_RESUBMITS: u8 = 3;
@@ -22,28 +20,7 @@ const MIN_TIME_LEFT_MS: u64 = 50;
 /// What a waiter is told: an outcome from Redis, or an error on the way.
 pub(crate) type Resolution = std::result::Result<Outcome, Error>;
 
-pub(crate) struct Inner {
-    pub(crate) shared: Arc<Shared>,
-    pub(crate) config: ProducerConfig,
-    pub(crate) id: String,
-    pub(crate) reply_key: String,
-    pub(crate) state: Mutex<State>,
-    pub(crate) submit_tx: mpsc::UnboundedSender<SubmitJob>,
-    pub(crate) cancel_tx: mpsc::UnboundedSender<CancelJob>,
-    /// Stored answers to fetch (`answers.rs`).
-    pub(crate) answer_tx: mpsc::UnboundedSender<AnswerJob>,
-    pub(crate) closed: AtomicBool,
-    /// Why the producer stopped working, when one of its tasks panicked.
-    pub(crate) failure: Mutex<Option<Error>>,
-    pub(crate) next_token: AtomicU64,
-    pub(crate) sweep_now: AtomicBool,
-    pub(crate) last_reply_id: Mutex<String>,
-    /// Idle lean connections for stored bodies (`stored.rs`).
-    pub(crate) body_conns: Mutex<Vec<crate::conn::wire::LeanConn>>,
-    /// Set once this queue's connections turned out not to be lean ones (TLS, ...).
-    pub(crate) no_lean_bodies: AtomicBool,
-}
-
+/// The requests this producer waits for, by request id.
 #[derive(Default)]
 pub(crate) struct State {
     pub(crate) pending: FastMap<Arc<str>, Pending>,
@@ -121,29 +98,6 @@ pub enum Submitted {
 }
 
 impl Inner {
-    /// Closes the producer and fails every request still waiting with `err`.
-    pub(crate) fn fail_all(&self, err: Error) {
-        self.closed.store(true, Ordering::SeqCst);
-        let drained: Vec<Pending> = {
-            let mut st = self.state.lock().unwrap();
-            st.pending.drain().map(|(_, p)| p).collect()
-        };
-        for p in drained {
-            for (_, w) in p.waiters {
-                let _ = w.send(Err(err.clone()));
-            }
-        }
-    }
-
-    /// The error of a call to a closed producer: why it failed, or that it was shut down.
-    pub(crate) fn closed_error(&self) -> Error {
-        self.failure
-            .lock()
-            .unwrap()
-            .clone()
-            .unwrap_or_else(|| Error::new(ErrorKind::Shutdown, "the producer is shut down"))
-    }
-
     /// Hands an outcome to every local waiter of `rid`; a stored answer is fetched
     /// first (`answers.rs`). Without dedup, the stored answer of a request nobody here
     /// waits for goes to the fetcher too, which deletes it: this producer was its only

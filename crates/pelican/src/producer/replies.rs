@@ -1,9 +1,10 @@
 //! The producer's reply stream: outcomes are pushed there, and one blocking reader on a
 //! connection of its own hands them to the waiters.
 
-use super::pending::Inner;
+use super::state::Inner;
 use crate::clock::ms;
 use crate::conn::retry::Backoff;
+use crate::conn::wire::NoNames;
 use crate::error::{Error, Result};
 use crate::shared::Shared;
 use std::sync::atomic::Ordering;
@@ -69,7 +70,8 @@ pub(super) async fn reply_reader(parts: Vec<(std::sync::Weak<Inner>, String)>) {
                 .arg("STREAMS")
                 .arg(&keys)
                 .arg(&last_ids);
-            let r = conn.query_streams(&cmd).await;
+            // Its entries' field names are request ids: none is worth keeping static.
+            let r = conn.query_streams::<NoNames>(&cmd).await;
             if weaks[0].strong_count() == 0 {
                 return;
             }

@@ -2,17 +2,19 @@
 //! out in the next call, so a busy producer sends few, large calls and an idle one adds
 //! no delay.
 
-use super::pending::{Inner, SubmitJob, Submitted};
-use super::stored::{is_elsewhere, send_xadds, submit_with_bodies};
+use super::lean::{is_elsewhere, send_xadds, submit_with_bodies};
+use super::pending::{SubmitJob, Submitted};
+use super::state::Inner;
 use crate::clock::{ms, now_ms};
 use crate::conn::cluster::{is_slot_elsewhere, slot_moved_error};
 use crate::conn::command;
-use crate::conn::framed::{Framed, StoredBody};
+use crate::conn::framed::Framed;
 use crate::conn::retry::{retry_idempotent, Backoff};
 use crate::conn::wire::into_result;
 use crate::error::{Error, Result};
 use crate::protocol::head::{EntryHead, HEAD_FIELD};
 use crate::protocol::scripts::{Submit, SubmitAnswer, SubmitRequest};
+use crate::protocol::stored::{StoredBody, STORED_BODY_MIN};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::mpsc;
@@ -20,10 +22,6 @@ use tokio::task::JoinSet;
 
 /// Most requests sent in one script call.
 pub(super) const MAX_BATCH: usize = 256;
-/// Bodies of at least this many bytes are stored beside the stream rather than passed
-/// through the submit script (dedup on; see `submit_indexed`). Below it, the script's
-/// cost for the body's bytes is less than the extra commands a stored body takes.
-pub(crate) const STORED_BODY_MIN: usize = 4096;
 /// A call takes no more requests once their bodies reach this many bytes (one large
 /// body still goes alone): megabyte bodies travel in several calls that overlap, not in
 /// one call of hundreds of megabytes that Redis and the consumers must take whole.

@@ -1,6 +1,7 @@
 //! A submission's pending response.
 
-use super::pending::{Inner, Resolution, Submitted};
+use super::pending::{Resolution, Submitted};
+use super::state::Inner;
 use crate::codec::{Codec, Json};
 use crate::error::{Error, ErrorKind, Result};
 use serde::de::DeserializeOwned;

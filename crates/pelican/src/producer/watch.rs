@@ -3,7 +3,8 @@
 //! process or another). `watch.lua` reads the request's index: its recorded outcome, or
 //! it adds this producer to the waiters of a request in flight.
 
-use super::pending::{Inner, Pending};
+use super::pending::Pending;
+use super::state::Inner;
 use super::ticket::{Ticket, WaiterGuard};
 use super::{Producer, Submitted};
 use crate::clock::{ms, now_ms};

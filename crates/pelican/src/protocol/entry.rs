@@ -1,25 +1,21 @@
-//! Stream entries as Redis returns them, and the request they carry.
+//! Request stream entries: the names of their fields, their head, and the request they
+//! carry. (A stream entry as Redis returns it, and the RESP values it arrives in, are the
+//! connections' business: `conn/reply.rs`.)
 
 use super::head::{EntryHead, HEAD_FIELD};
 use crate::codec::{Codec, CodecError};
+#[cfg(test)]
+pub(crate) use crate::conn::reply::read_into_entries;
+pub(crate) use crate::conn::reply::{
+    array, bytes, field_u64, fields, int, parse_entries, string, RawEntry,
+};
 use bytes::Bytes;
-use redis::Value;
 use serde::de::DeserializeOwned;
 use std::sync::Arc;
 
-/// One stream entry: its id and its raw field/value pairs. The names and values are
-/// `Bytes`: read by the lean reader, the small ones of a reply share a few buffers
-/// (`conn::wire::read_streams`) instead of an allocation each. The id is shared as it
-/// is read: a delivery keeps it to the end (lease, outcome) without a copy.
-#[derive(Debug, Clone)]
-pub(crate) struct RawEntry {
-    pub(crate) id: Arc<str>,
-    pub(crate) fields: Vec<(Bytes, Bytes)>,
-}
-
 /// The names of the fields of a request entry (docs/PROTOCOL.md, "Entries"), those of
 /// the layout before `head` included (still read): a stream read hands these out as
-/// static `Bytes` (`conn::wire::read_streams`), neither copied nor counted.
+/// static `Bytes` ([`RequestFields`]), neither copied nor counted.
 pub(crate) const FIELD_NAMES: [&[u8]; 9] = [
     b"head",
     b"rid",
@@ -32,29 +28,14 @@ pub(crate) const FIELD_NAMES: [&[u8]; 9] = [
     b"bref",
 ];
 
+/// A request entry's field names, for a stream read (`conn::wire::read_streams`).
+pub(crate) struct RequestFields;
+
+impl crate::conn::wire::FieldNames for RequestFields {
+    const NAMES: &'static [&'static [u8]] = &FIELD_NAMES;
+}
+
 impl RawEntry {
-    pub(crate) fn get(&self, name: &str) -> Option<&[u8]> {
-        self.fields
-            .iter()
-            .find(|(k, _)| k == name.as_bytes())
-            .map(|(_, v)| &v[..])
-    }
-
-    /// Bytes of its field names and values.
-    pub(crate) fn size(&self) -> usize {
-        self.fields.iter().map(|(k, v)| k.len() + v.len()).sum()
-    }
-
-    /// The mean [`RawEntry::size`] of `entries`; `None` for none.
-    pub(crate) fn mean_size(entries: &[RawEntry]) -> Option<usize> {
-        let total: usize = entries.iter().map(RawEntry::size).sum();
-        total.checked_div(entries.len())
-    }
-
-    pub(crate) fn get_str(&self, name: &str) -> Option<&str> {
-        self.get(name).and_then(|v| std::str::from_utf8(v).ok())
-    }
-
     /// The request's head, from its `head` field or, in the layout before it, from the
     /// fields `rid`, `from`, `deadline`, `at` and `index` (a missing or non-UTF-8 one read
     /// as empty); `None` for a `head` that is not one (not UTF-8, not five parts).
@@ -77,161 +58,6 @@ impl RawEntry {
     /// The request id the entry carries, if any (see [`RawEntry::head`]).
     pub(crate) fn rid(&self) -> Option<&str> {
         self.head().map(|h| h.rid).filter(|r| !r.is_empty())
-    }
-}
-
-pub(crate) fn bytes(v: &Value) -> Option<&[u8]> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.as_bytes()),
-        _ => None,
-    }
-}
-
-pub(crate) fn string(v: &Value) -> Option<String> {
-    match v {
-        Value::Int(i) => Some(i.to_string()),
-        _ => bytes(v).map(|b| String::from_utf8_lossy(b).into_owned()),
-    }
-}
-
-pub(crate) fn int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Int(i) => Some(*i),
-        _ => bytes(v).and_then(|b| std::str::from_utf8(b).ok()?.parse().ok()),
-    }
-}
-
-pub(crate) fn array(v: &Value) -> &[Value] {
-    match v {
-        Value::Array(a) | Value::Set(a) => a,
-        _ => &[],
-    }
-}
-
-/// The name/value pairs of a RESP map (RESP3) or flat array (RESP2), e.g. an XINFO reply.
-pub(crate) fn fields(v: &Value) -> Vec<(String, Value)> {
-    match v {
-        Value::Map(m) => m
-            .iter()
-            .filter_map(|(k, v)| Some((string(k)?, v.clone())))
-            .collect(),
-        _ => array(v)
-            .chunks(2)
-            .filter_map(|c| Some((string(c.first()?)?, c.get(1)?.clone())))
-            .collect(),
-    }
-}
-
-/// The non-negative integer named `name` among `fields` (0 when absent).
-pub(crate) fn field_u64(fields: &[(String, Value)], name: &str) -> u64 {
-    fields
-        .iter()
-        .find(|(n, _)| n == name)
-        .and_then(|(_, v)| int(v))
-        .unwrap_or(0)
-        .max(0) as u64
-}
-
-/// Parses `[[id, [field, value, ...]], ...]` (XRANGE, XCLAIM, one stream of XREAD).
-/// Entries without fields (deleted while pending) come back with no fields.
-pub(crate) fn parse_entries(v: &Value) -> Vec<RawEntry> {
-    array(v)
-        .iter()
-        .filter_map(|e| {
-            let parts = array(e);
-            let id = string(parts.first()?)?.into();
-            let flat = parts.get(1).map(array).unwrap_or(&[]);
-            let fields = flat
-                .chunks(2)
-                .filter_map(|kv| match kv {
-                    [k, v] => Some((
-                        Bytes::copy_from_slice(bytes(k)?),
-                        Bytes::copy_from_slice(bytes(v)?),
-                    )),
-                    _ => None,
-                })
-                .collect();
-            Some(RawEntry { id, fields })
-        })
-        .collect()
-}
-
-fn into_bytes(v: Value) -> Option<Vec<u8>> {
-    match v {
-        Value::BulkString(b) => Some(b),
-        Value::SimpleString(s) => Some(s.into_bytes()),
-        _ => None,
-    }
-}
-
-fn into_array(v: Value) -> Vec<Value> {
-    match v {
-        Value::Array(a) | Value::Set(a) => a,
-        _ => Vec::new(),
-    }
-}
-
-/// [`parse_entries`], taking the reply: field names and values are moved, not copied.
-pub(crate) fn into_entries(v: Value) -> Vec<RawEntry> {
-    into_array(v)
-        .into_iter()
-        .filter_map(|e| {
-            let mut parts = into_array(e).into_iter();
-            let id = String::from_utf8(into_bytes(parts.next()?)?).ok()?.into();
-            let mut flat = parts.next().map(into_array).unwrap_or_default().into_iter();
-            let mut fields = Vec::with_capacity(flat.len() / 2);
-            while let (Some(k), Some(v)) = (flat.next(), flat.next()) {
-                if let (Some(k), Some(v)) = (into_bytes(k), into_bytes(v)) {
-                    fields.push((k.into(), v.into()));
-                }
-            }
-            Some(RawEntry { id, fields })
-        })
-        .collect()
-}
-
-/// Parses an XREAD/XREADGROUP reply for one stream (nil when the block timed out), taking
-/// it. For the scripts' tests: the library's stream reads go through
-/// `conn::wire::read_streams` (lean connections) or [`read_into_streams`].
-#[cfg(test)]
-pub(crate) fn read_into_entries(v: Value) -> Vec<RawEntry> {
-    match v {
-        Value::Nil => Vec::new(),
-        Value::Map(m) => m
-            .into_iter()
-            .flat_map(|(_, entries)| into_entries(entries))
-            .collect(),
-        _ => into_array(v)
-            .into_iter()
-            .flat_map(|s| {
-                into_array(s)
-                    .into_iter()
-                    .nth(1)
-                    .map(into_entries)
-                    .unwrap_or_default()
-            })
-            .collect(),
-    }
-}
-
-/// Parses an XREAD reply for several streams (nil when the block timed out), taking it:
-/// each stream's name with its entries, in the order of the reply.
-pub(crate) fn read_into_streams(v: Value) -> Vec<(Vec<u8>, Vec<RawEntry>)> {
-    match v {
-        Value::Nil => Vec::new(),
-        Value::Map(m) => m
-            .into_iter()
-            .filter_map(|(k, entries)| Some((into_bytes(k)?, into_entries(entries))))
-            .collect(),
-        _ => into_array(v)
-            .into_iter()
-            .filter_map(|s| {
-                let mut parts = into_array(s).into_iter();
-                let key = into_bytes(parts.next()?)?;
-                Some((key, parts.next().map(into_entries).unwrap_or_default()))
-            })
-            .collect(),
     }
 }
 
@@ -314,7 +140,7 @@ impl Request {
             .ok_or_else(|| format!("entry has no valid {rid_what}"))?;
         // The rules a producer's ids follow; anything else was written by someone else,
         // and an id becomes part of a key name.
-        crate::config::validate_request_id(rid)
+        super::request_id::validate_request_id(rid)
             .map_err(|e| format!("entry has an invalid {rid_what}: {}", e.message()))?;
         let rid: Arc<str> = rid.into();
         let from = producers.get(h.from);
@@ -370,52 +196,11 @@ impl Request {
     }
 }
 
-/// The entries among `entries` whose body is stored beside the stream (field `bref`),
-/// by index.
-pub(crate) fn stored_bodies(entries: &[RawEntry]) -> Vec<usize> {
-    entries
-        .iter()
-        .enumerate()
-        .filter(|(_, e)| e.get("bref") == Some(b"1") && e.get("body").is_none())
-        .map(|(i, _)| i)
-        .collect()
-}
-
-/// The `MGET` of the stored bodies of `entries[i]` for each `i` in `at` (one slot: every
-/// key of a partition carries its hash tag).
-pub(crate) fn mget_bodies(
-    keys: &super::keys::Keys,
-    entries: &[RawEntry],
-    at: &[usize],
-) -> redis::Cmd {
-    let mut cmd = redis::cmd("MGET");
-    for &i in at {
-        cmd.arg(keys.body(&entries[i].id));
-    }
-    cmd
-}
-
-/// The values of an `MGET` reply, in order (`None` where a key was missing).
-pub(crate) fn mget_values(reply: Value) -> Vec<Option<Vec<u8>>> {
-    into_array(reply).into_iter().map(into_bytes).collect()
-}
-
-/// Puts the bodies a [`mget_bodies`] `MGET` returned into their entries, as the
-/// field `body`; a missing one (nil) is left out, and the entry is dead-lettered with
-/// that reason.
-pub(crate) fn attach_bodies(entries: &mut [RawEntry], at: &[usize], reply: Value) {
-    for (&i, v) in at.iter().zip(into_array(reply)) {
-        if let Some(b) = into_bytes(v) {
-            entries[i]
-                .fields
-                .push((Bytes::from_static(b"body"), b.into()));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::conn::reply::read_into_streams;
+    use redis::Value;
 
     fn bulk(s: &str) -> Value {
         Value::BulkString(s.as_bytes().to_vec())

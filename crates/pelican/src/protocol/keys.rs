@@ -101,15 +101,10 @@ impl Keys {
         format!("{}{producer}", self.reply_prefix)
     }
 
-    /// The name of consumer `consumer`'s reader connection for this partition (`CLIENT
-    /// SETNAME`; not a key): `pelican-reader:<stream key>:<consumer>`, so that a consumer
-    /// leaving can find the other readers of the partition (`conn/unblock.rs`), and an
-    /// operator can see them in `CLIENT LIST`.
-    pub(crate) fn reader_client(&self, consumer: &str) -> String {
-        format!("{}{consumer}", self.reader_clients())
-    }
-
-    /// What the names of every reader connection of this partition start with.
+    /// What the names of every reader connection of this partition start with (`CLIENT
+    /// SETNAME`; not a key): `pelican-reader:<stream key>:` and the consumer's name, so that
+    /// a consumer leaving can find the other readers of the partition (`conn/unblock.rs`),
+    /// and an operator can see them in `CLIENT LIST`.
     pub(crate) fn reader_clients(&self) -> String {
         format!("pelican-reader:{}:", self.stream)
     }

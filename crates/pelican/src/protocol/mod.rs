@@ -6,11 +6,15 @@
 //! - [`head`]: an entry's `head` field, the request's own facts in one value.
 //! - [`index`]: the value of a request's state key, `req:<rid>`.
 //! - [`outcome`]: an outcome as it is stored and pushed.
+//! - [`request_id`]: the rules a request id follows.
 //! - [`scripts`]: the Lua scripts (`lua/*.lua`), one typed call per script.
+//! - [`stored`]: values stored beside the stream (large bodies and answers).
 
 pub(crate) mod entry;
 pub(crate) mod head;
 pub(crate) mod index;
 pub(crate) mod keys;
 pub(crate) mod outcome;
+pub(crate) mod request_id;
 pub(crate) mod scripts;
+pub(crate) mod stored;

@@ -2,11 +2,6 @@
 
 use crate::error::{Error, ErrorKind};
 
-/// Responses of this many bytes or more are stored beside the stream by the consumer and
-/// fetched by the producer, instead of passing through `complete.lua` (docs/PROTOCOL.md,
-/// "Stored answers"); the same threshold as stored request bodies.
-pub(crate) const STORED_ANSWER_MIN: usize = 4096;
-
 /// A finished request's outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Outcome {

@@ -268,6 +268,7 @@ mod consumer;
 pub(crate) mod library;
 mod upkeep;
 pub(crate) use consumer::{Complete, CompleteEntry, Completed, Reclaim, Reject, Release, Renew};
+pub use upkeep::JanitorReport;
 pub(crate) use upkeep::{Janitor, Requeue};
 #[cfg(test)]
 mod tests;

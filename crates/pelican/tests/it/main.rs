@@ -12,7 +12,8 @@
 //! - `faults`: dropped connections.
 //! - `failover`: a cluster master killed mid-run, its replica promoted.
 //! - `refusals`: which Redis errors a caller may retry.
-//! - `nitro`: Nitro's wire format against a raw client of it (see `nitro/mod.rs`).
+//! - `nitro`: Nitro's wire format against a raw client of it (see `nitro/mod.rs`; with
+//!   the `nitro` feature).
 //! - `serve`: `Consumer::serve`'s handler tasks: the concurrency bound, every way a handler ends.
 //! - `supervision`: panicking tasks surface as errors; a dropped consumer writes what it was given.
 //! - `sweep`: the producer's sweep of requests without dedup: the lost submitted again.
@@ -34,6 +35,7 @@ mod large;
 mod layout;
 mod lease;
 mod matrix;
+#[cfg(feature = "nitro")]
 mod nitro;
 mod per_call;
 mod processes;

@@ -5,7 +5,7 @@ use super::{
     buffered_header, buffered_value, into_result, io_error, length, protocol_error, read_bulk,
     read_item, Item, ARRAY_RESERVE, MAX_ARRAY_LEN, MAX_BULK_LEN,
 };
-use crate::protocol::entry::{RawEntry, FIELD_NAMES};
+use crate::conn::reply::RawEntry;
 use bytes::{Bytes, BytesMut};
 use redis::{RedisResult, Value};
 use std::sync::Arc;
@@ -14,6 +14,20 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 /// A stream read's reply: each stream's name with its entries (empty for a nil reply,
 /// a block that timed out).
 pub(crate) type Streams = Vec<(Bytes, Vec<RawEntry>)>;
+
+/// The field names a stream read expects (the protocol says which: its entries' fields),
+/// handed out as static `Bytes`, neither copied nor counted. A type, not a value: each
+/// read is compiled for its names, compared as the constants they are.
+pub(crate) trait FieldNames {
+    const NAMES: &'static [&'static [u8]];
+}
+
+/// No field name kept static (the names are data, request ids say).
+pub(crate) struct NoNames;
+
+impl FieldNames for NoNames {
+    const NAMES: &'static [&'static [u8]] = &[];
+}
 
 /// Bulk strings shorter than this are read into a reply's shared buffers; longer ones
 /// get a buffer of their own (read around the reader's, see [`read_bulk`]).
@@ -27,12 +41,14 @@ const SHARED_CHUNK: usize = 16 * 1024;
 /// values of a reply are copied into a few shared buffers and handed out as `Bytes` of
 /// them. The outer `Err`: the stream cannot be read on (I/O, a reply of another shape: a
 /// protocol error); the inner one: a server error reply, read whole, with its code.
-pub(super) async fn read_streams<R>(
+/// Field names among `F`'s ([`FieldNames`], the protocol's) are handed out as static.
+pub(super) async fn read_streams<R, F>(
     r: &mut BufReader<R>,
     line: &mut Vec<u8>,
 ) -> RedisResult<RedisResult<Streams>>
 where
     R: AsyncRead + Unpin,
+    F: FieldNames,
 {
     let mut shared = BytesMut::new();
     // Only the whole reply may be a server error (the connection is then where it
@@ -63,7 +79,7 @@ where
             }
             let mut fields = Vec::with_capacity((flat / 2).min(ARRAY_RESERVE));
             for _ in 0..flat / 2 {
-                let k = match buffered_name(r.buffer()) {
+                let k = match buffered_name::<F>(r.buffer()) {
                     Some((name, used)) => {
                         r.consume(used);
                         name
@@ -169,12 +185,12 @@ fn make_room(shared: &mut BytesMut, want: usize) {
     }
 }
 
-/// A field name of a request entry ([`FIELD_NAMES`]) at the start of `buf`, whole: as a
-/// static `Bytes`, and the bytes it took. Six or more names a delivery, each otherwise a
+/// A field name among `F`'s at the start of `buf`, whole: as a static `Bytes`, and the
+/// bytes it took. Six or more names a delivery of a pelican request, each otherwise a
 /// copy into the shared buffer and a reference count.
-fn buffered_name(buf: &[u8]) -> Option<(Bytes, usize)> {
+fn buffered_name<F: FieldNames>(buf: &[u8]) -> Option<(Bytes, usize)> {
     let (value, used) = buffered_value(buf)?;
-    let name = FIELD_NAMES.iter().find(|n| **n == value)?;
+    let name = F::NAMES.iter().find(|n| **n == value)?;
     Some((Bytes::from_static(name), used))
 }
 

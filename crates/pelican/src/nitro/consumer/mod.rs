@@ -1,42 +1,54 @@
 //! The Nitro-format consumer: serves a stream that Nitro's producers (or pelican's
-//! [`Producer`](crate::nitro::Producer)) write, alongside Nitro's own consumers.
-//!
-//! Tasks: one reader (`reader.rs`: XREADGROUP BLOCK on a connection of its own, taking
-//! over idle entries between reads, dedup), one writer (`writer.rs`: answers batched into
-//! one script call, hand-backs into another), one maintenance task (`maintenance.rs`:
-//! heartbeats, removal of gone consumers). `lease.rs` keeps what the consumer holds;
-//! `delivery.rs` is one entry in a handler's hands.
+//! [`Producer`](crate::nitro::Producer)) write, alongside Nitro's own consumers. It is
+//! the consumer core (`crate::consumer`: slots, read-ahead, leases, the batching writer,
+//! serve, shutdown, wake-ups) on Nitro's wire (`wire.rs`).
 
-mod delivery;
-mod lease;
-mod maintenance;
-mod reader;
-mod state;
-mod writer;
-
-pub use delivery::Job;
+mod wire;
 
 use super::config::{ConsumerConfig, StreamConfig};
 use super::link::Link;
-use crate::clock::ms;
-use crate::conn::retry::retry_idempotent;
-use crate::consumer::{HandlerError, Stopper};
-use crate::error::{Error, ErrorKind, Result};
+use crate::consumer::{Core, HandlerError, LeaseLost, Stopper};
+use crate::error::Result;
 use crate::ids;
-use crate::task::TaskSet;
-use delivery::Delivery;
-use futures_util::FutureExt;
-use lease::Leases;
 use serde::{de::DeserializeOwned, Serialize};
-use state::ConsumerState;
 use std::future::Future;
 use std::marker::PhantomData;
-use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::sync::{mpsc, oneshot, Semaphore};
-use tokio_util::sync::CancellationToken;
-use writer::{Kind, WriteJob, WriterHandle, WriterTask};
+use wire::Nitro;
+
+/// What a handler is told about the entry it works on besides its request.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub(crate) id: Arc<str>,
+    /// The body hash, with dedup.
+    pub(crate) hash: Option<Arc<str>>,
+    pub(crate) deliveries: u32,
+    pub(crate) lease: LeaseLost,
+}
+
+impl Job {
+    /// The stream entry id: Nitro's request id (`result-key:<stream>.<id>`).
+    pub fn entry_id(&self) -> &str {
+        &self.id
+    }
+
+    /// How many times the entry has been delivered, this time included (1 = first).
+    pub fn delivery_count(&self) -> u32 {
+        self.deliveries
+    }
+
+    /// Fires when this consumer lost the entry (another consumer took it over, it was
+    /// answered elsewhere or withdrawn by its producer) or is shutting down past its
+    /// timeout: its answer will most likely be dropped.
+    pub fn lease_lost(&self) -> LeaseLost {
+        self.lease.clone()
+    }
+
+    /// Whether the entry has been lost.
+    pub fn is_lease_lost(&self) -> bool {
+        self.lease.is_lost()
+    }
+}
 
 /// Serves requests of type `Req` from a Nitro stream and answers them with `Resp`, in
 /// Nitro's wire format: the group is named like the stream, the request is the JSON in
@@ -49,10 +61,7 @@ use writer::{Kind, WriteJob, WriterHandle, WriterTask};
 /// error at once, hands its work back on a graceful stop without counting a retry,
 /// re-creates a lost group, and leaves the group when it stops with nothing in hand.
 pub struct Consumer<Req, Resp> {
-    st: Arc<ConsumerState>,
-    rx: mpsc::Receiver<Delivery<Req>>,
-    tasks: TaskSet,
-    reader_exited: CancellationToken,
+    core: Core<Nitro, Req>,
     _types: PhantomData<fn(Resp)>,
 }
 
@@ -66,89 +75,31 @@ where
     /// creates the group itself at its first read (`NOGROUP`). Fails with
     /// [`ErrorKind::Config`] for bad settings and [`ErrorKind::Redis`] when Redis cannot
     /// be reached.
+    ///
+    /// [`ErrorKind::Config`]: crate::ErrorKind::Config
+    /// [`ErrorKind::Redis`]: crate::ErrorKind::Redis
     pub async fn connect(stream: StreamConfig, config: ConsumerConfig) -> Result<Self> {
         config.validate()?;
         let link = Link::connect(&stream).await?;
         let name = config.name.clone().unwrap_or_else(ids::consumer_name);
-        let leases = Arc::new(Leases::default());
-        let stop = CancellationToken::new();
-        let (writer_tx, writer_rx) = mpsc::unbounded_channel();
-        let writer = Arc::new(WriterHandle::new(
-            writer_tx,
-            leases.clone(),
-            config.idletime,
-        ));
-        let (tx, rx) = mpsc::channel(config.prefetch);
-        let st = Arc::new(ConsumerState {
-            slots: Arc::new(Semaphore::new(config.prefetch)),
-            link,
-            config,
-            name,
-            leases,
-            writer,
-            stop,
-        });
-        st.link.register(&st.name).await;
-        let tasks = TaskSet::new();
-        // Not aborted with the others: dropped without `shutdown`, the consumer still
-        // writes the answers and hand-backs it was given.
-        tasks.spawn_detached(
-            "nitro answer writer",
-            writer::run(
-                WriterTask {
-                    link: st.link.clone(),
-                    name: st.name.clone(),
-                    idletime: st.config.idletime,
-                    response_ttl: st.config.response_ttl,
-                    cache_ttl: st.config.dedup_cache_ttl,
-                    leases: st.leases.clone(),
-                    stop: st.stop.clone(),
-                },
-                writer_rx,
-            ),
-        );
-        let reader_exited = CancellationToken::new();
-        tasks.spawn(
-            "nitro reader",
-            reader::run::<Req>(st.clone(), tx, reader_exited.clone().drop_guard()),
-        );
-        tasks.spawn("nitro heartbeat", maintenance::run(st.clone()));
-        tracing::debug!(stream = %st.link.keys.stream, consumer = %st.name, "nitro consumer started");
+        let wire = Nitro::new(link, config);
+        let settings = wire.settings();
+        let core = Core::start(vec![wire], settings, name).await;
+        tracing::debug!(stream = %stream.stream, consumer = %core.name(), "nitro consumer started");
         Ok(Consumer {
-            st,
-            rx,
-            tasks,
-            reader_exited,
+            core,
             _types: PhantomData,
         })
     }
 
     /// This consumer's name in the group.
     pub fn name(&self) -> &str {
-        &self.st.name
+        self.core.name()
     }
 
     /// A handle that stops [`Consumer::serve`].
     pub fn stopper(&self) -> Stopper {
-        Stopper(self.st.stop.clone())
-    }
-
-    async fn next(&mut self) -> Result<Option<Delivery<Req>>> {
-        if let Some(e) = self.tasks.failure() {
-            return Err(e);
-        }
-        tokio::select! {
-            d = self.rx.recv() => match d {
-                Some(d) => Ok(Some(d)),
-                None if self.st.stop.is_cancelled() => Ok(None),
-                None => Err(match tokio::time::timeout(Duration::from_secs(1), self.tasks.failed()).await {
-                    Ok(e) => e,
-                    Err(_) => Error::new(ErrorKind::Internal, "the nitro consumer's reader stopped without being asked to"),
-                }),
-            },
-            _ = self.st.stop.cancelled() => Ok(None),
-            e = self.tasks.failed() => Err(e),
-        }
+        self.core.stopper()
     }
 
     /// Runs `handler` on every entry, at most `concurrency` at a time, until
@@ -160,147 +111,21 @@ where
     /// retry and never stops the consumer. With dedup, one run answers every entry of
     /// the same body in flight. Returns an [`ErrorKind::Internal`] error if one of the
     /// consumer's own tasks panicked.
-    pub async fn serve<F, Fut>(mut self, concurrency: usize, handler: F) -> Result<()>
+    ///
+    /// [`ErrorKind::Internal`]: crate::ErrorKind::Internal
+    pub async fn serve<F, Fut>(self, concurrency: usize, handler: F) -> Result<()>
     where
         F: Fn(Req, Job) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = std::result::Result<Resp, HandlerError>> + Send + 'static,
     {
-        let handler = Arc::new(handler);
-        let limit = Arc::new(Semaphore::new(concurrency.max(1)));
-        let mut running = tokio::task::JoinSet::new();
-        let mut failure = None;
-        loop {
-            let permit = tokio::select! {
-                p = limit.clone().acquire_owned() => p.expect("never closed"),
-                _ = self.st.stop.cancelled() => break,
-                e = self.tasks.failed() => {
-                    failure = Some(e);
-                    break;
-                }
-            };
-            let mut d = match self.next().await {
-                Ok(Some(d)) => d,
-                Ok(None) => break,
-                Err(e) => {
-                    failure = Some(e);
-                    break;
-                }
-            };
-            let handler = handler.clone();
-            let metrics = self.st.link.metrics.clone();
-            running.spawn(async move {
-                let req = d.take_request();
-                let job = d.job().clone();
-                let result = AssertUnwindSafe(handler(req, job)).catch_unwind().await;
-                drop(permit);
-                metrics.handler_duration(d.age());
-                let id = d.job().entry_id().to_string();
-                let r = match result {
-                    Ok(Ok(resp)) => match serde_json::to_vec(&resp) {
-                        Ok(body) => d.answer(Kind::Result, body).await.map(|_| ()),
-                        Err(e) => {
-                            let text = format!("pelican: the handler's response cannot be encoded as JSON: {e}");
-                            d.answer(Kind::Error, text.into_bytes()).await.map(|_| ())
-                        }
-                    },
-                    Ok(Err(HandlerError::Fail(m))) => {
-                        d.answer(Kind::Error, m.into_bytes()).await.map(|_| ())
-                    }
-                    Ok(Err(HandlerError::RetryAfter(delay, m))) => {
-                        tracing::debug!(entry = %id, reason = %m, ?delay, "handler asked for a retry");
-                        d.release(delay).await
-                    }
-                    Ok(Err(other)) => {
-                        tracing::debug!(entry = %id, reason = %other, "handler asked for a retry");
-                        d.release(Duration::ZERO).await
-                    }
-                    Err(panic) => {
-                        let e = crate::task::panic_message(&*panic);
-                        tracing::warn!(entry = %id, error = %e, "handler panicked; the entry is handed back");
-                        d.release(Duration::ZERO).await
-                    }
-                };
-                if let Err(e) = r {
-                    tracing::warn!(entry = %id, error = %format_args!("{e:#}"), "could not write an answer");
-                }
-            });
-            while running.try_join_next().is_some() {}
-        }
-        let deadline = tokio::time::sleep(self.st.config.shutdown_timeout);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                r = running.join_next() => if r.is_none() { break },
-                _ = &mut deadline => {
-                    tracing::warn!(n = running.len(), "shutdown timeout: cancelling the handlers still running and handing their entries back");
-                    self.st.leases.cancel_all();
-                    running.abort_all();
-                    while running.join_next().await.is_some() {}
-                    break;
-                }
-            }
-        }
-        let stopped = self.shutdown().await;
-        match failure {
-            Some(e) => Err(e),
-            None => stopped,
-        }
+        self.core.serve(concurrency, handler).await
     }
 
-    /// Stops gracefully: reads nothing new (waiting for the read under way, at most
-    /// `block`), waits up to `shutdown_timeout` for the answers in hand to be written,
+    /// Stops gracefully: reads nothing new (the read under way is cut short), waits up to `shutdown_timeout` for the answers in hand to be written,
     /// then hands back everything it still holds so that any consumer (Nitro's too)
     /// takes it at once (`XCLAIM ... IDLE <idletime> JUSTID`: not counted as a retry),
     /// and leaves the group if it holds nothing.
-    pub async fn shutdown(mut self) -> Result<()> {
-        let st = self.st.clone();
-        st.stop.cancel();
-        self.rx.close();
-        while let Ok(d) = self.rx.try_recv() {
-            drop(d);
-        }
-        let read_limit = st.config.block + st.link.config.command_timeout;
-        if tokio::time::timeout(read_limit, self.reader_exited.cancelled())
-            .await
-            .is_err()
-        {
-            tracing::warn!("the reader did not stop in time");
-        }
-        while let Ok(d) = self.rx.try_recv() {
-            drop(d);
-        }
-        let all = tokio::time::timeout(
-            st.config.shutdown_timeout,
-            st.slots
-                .clone()
-                .acquire_many_owned(st.config.prefetch as u32),
-        )
-        .await;
-        if all.is_err() {
-            tracing::warn!("shutdown timeout: handing back the entries still in hand");
-            st.leases.cancel_all();
-        }
-        let (tx, rx) = oneshot::channel();
-        st.writer.send(WriteJob::Flush(tx));
-        let _ = rx.await;
-        self.tasks.abort_all();
-        let link = &st.link;
-        let k = &link.keys;
-        let mut inv = link.scripts.release.prepare_invoke();
-        inv.key(&k.stream)
-            .arg(k.group())
-            .arg(&st.name)
-            .arg(ms(st.config.idletime))
-            .arg("1");
-        let inv = &inv;
-        let released: i64 =
-            retry_idempotent(move || async move { inv.invoke_async(&mut link.conn()).await })
-                .await
-                .map_err(|e| Error::redis("handing entries back on shutdown", e))?;
-        tracing::debug!(consumer = %st.name, released, "nitro consumer stopped");
-        match self.tasks.failure() {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
+    pub async fn shutdown(self) -> Result<()> {
+        self.core.shutdown().await
     }
 }

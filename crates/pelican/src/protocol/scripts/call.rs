@@ -4,7 +4,6 @@
 use super::library::{self, Function};
 use super::unexpected;
 use crate::conn::command::Command;
-use crate::conn::framed::{Framed, StoredBody};
 use crate::conn::wire::into_result;
 use crate::conn::OwnConn;
 use redis::{Cmd, RedisResult, Script, ToRedisArgs, Value};
@@ -27,6 +26,7 @@ enum Lua<'s> {
     /// A function of pelican's library.
     Function,
     /// A script of its own (the Nitro format's).
+    #[cfg_attr(not(feature = "nitro"), allow(dead_code))]
     Script(&'s Script),
 }
 
@@ -47,6 +47,7 @@ impl<'s, R> ScriptCall<'s, R> {
     }
 
     /// A call of `script`, sent with `EVALSHA` (the Nitro format's scripts).
+    #[cfg(feature = "nitro")]
     pub(crate) fn script(
         script: &'s Script,
         keys: &[&str],
@@ -152,31 +153,17 @@ impl<'s, R> ScriptCall<'s, R> {
         }
     }
 
-    /// Runs it on a connection of a task's own after the SETs of `bodies`, all in one
-    /// write (on a lean connection each body written from where it lies), loading what it
-    /// calls through `loader` when Redis does not have it (the SETs are then sent again:
-    /// they are idempotent). The SETs' own replies are not checked: the script sees
-    /// whether each value is there.
-    pub(crate) async fn invoke_after_on(
+    /// Runs it on a lean connection, loading what it calls through `loader` when Redis
+    /// does not have it.
+    async fn invoke_lean(
         &self,
-        conn: &mut OwnConn,
+        c: &mut crate::conn::wire::LeanConn,
         loader: &mut crate::conn::Conn,
-        bodies: &[StoredBody<'_>],
     ) -> RedisResult<R> {
-        let c = match conn {
-            OwnConn::Lean(c) => c,
-            OwnConn::Client(c) => {
-                let pipe = self.after(bodies.iter().map(StoredBody::cmd).collect());
-                return self.invoke_pipeline(&pipe, c).await;
-            }
-        };
-        let frames: Vec<Framed<'_>> = bodies.iter().map(StoredBody::framed).collect();
         let packed = self.packed();
-        let mut parts: Vec<&[u8]> = frames.iter().flat_map(Framed::parts).collect();
-        parts.push(&packed);
         let mut loaded = false;
         loop {
-            let last = c.send_parts(&parts, frames.len() + 1).await?.pop();
+            let last = c.send_parts(&[&packed], 1).await?.pop();
             let last = into_result(last.expect("one reply per command"));
             match self.reply_or_reload(last, loaded) {
                 Some(r) => return r,
@@ -195,8 +182,8 @@ impl<'s, R> ScriptCall<'s, R> {
         conn: &mut OwnConn,
         loader: &mut crate::conn::Conn,
     ) -> RedisResult<R> {
-        if let OwnConn::Lean(_) = conn {
-            return self.invoke_after_on(conn, loader, &[]).await;
+        if let OwnConn::Lean(c) = conn {
+            return self.invoke_lean(c, loader).await;
         }
         let cmd = self.cmd.to_cmd();
         let v = match conn.query(&cmd).await {

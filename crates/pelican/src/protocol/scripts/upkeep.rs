@@ -2,10 +2,23 @@
 //! `janitor.lua` (trim, expiry, consumer clean-up) and `requeue.lua` (dead letters back).
 
 use super::*;
-use crate::shared::JanitorReport;
 
 // ---------------------------------------------------------------------------------
 // janitor.lua
+
+/// What one janitor run did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct JanitorReport {
+    /// False when another process holds the janitor lock for this interval.
+    pub ran: bool,
+    /// Stream entries trimmed below the oldest pending one.
+    pub trimmed: u64,
+    /// Undelivered entries past their deadline, deleted and answered "expired".
+    pub expired: u64,
+    /// Consumers that owned nothing and were idle past `consumer_gc_after`, removed.
+    pub consumers_removed: u64,
+}
 
 /// `janitor.lua`: trims the stream, expires undelivered entries past their deadline and
 /// removes gone consumers, unless another run holds the lock for this interval.

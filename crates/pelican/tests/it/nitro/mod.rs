@@ -8,10 +8,12 @@
 //! - `recovery`: the stream deleted, and Redis restarted without persistence, under
 //!   running processes; graceful hand-back; gone consumers removed.
 //! - `dedup`: identical requests from several producers solved once; the cache.
+//! - `wake`: a request given back read again at once, an idle consumer stopped at once.
 
 mod dedup;
 mod mixed;
 mod recovery;
+mod wake;
 mod wire;
 
 use pelican::nitro::{Consumer, ConsumerConfig, Job, ProducerConfig, StreamConfig};

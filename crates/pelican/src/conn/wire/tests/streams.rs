@@ -10,6 +10,13 @@ use bytes::Bytes;
 /// nil (deleted while pending) or name/value pairs.
 type StreamsReply = Vec<(Vec<u8>, Vec<(String, Option<Vec<(Vec<u8>, Vec<u8>)>>)>)>;
 
+/// Field names a read hands out as static (a request entry's, for instance).
+struct Names;
+
+impl crate::conn::wire::FieldNames for Names {
+    const NAMES: &'static [&'static [u8]] = &[b"head", b"body", b"tp", b"bref"];
+}
+
 fn streams_reply(streams: &StreamsReply) -> Reply {
     let bulk = |b: &[u8]| Reply::Bulk(b.to_vec());
     Reply::Array(
@@ -38,7 +45,7 @@ fn streams_reply(streams: &StreamsReply) -> Reply {
 /// error as one).
 fn read_streams_bytes(bytes: &[u8], cap: usize) -> RedisResult<Streams> {
     let mut r = BufReader::with_capacity(cap, bytes);
-    read_streams(&mut r, &mut Vec::new())
+    read_streams::<_, Names>(&mut r, &mut Vec::new())
         .now_or_never()
         .expect("the reader waited on input that had ended")
         .and_then(|r| r)
@@ -52,7 +59,7 @@ type Plain = Vec<(Vec<u8>, Vec<(String, Vec<(Bytes, Bytes)>)>)>;
 fn streams_the_library_reads(bytes: &[u8]) -> Plain {
     let v = redis::parse_redis_value(bytes).unwrap();
     plain(
-        crate::protocol::entry::read_into_streams(v)
+        crate::conn::reply::read_into_streams(v)
             .into_iter()
             .map(|(n, e)| (n.into(), e))
             .collect(),
@@ -190,13 +197,13 @@ async fn a_stream_read_on_a_real_server_reads_as_through_the_client_library() {
     };
     let theirs: Value = read().query(&mut sync).unwrap();
     // The same reply through the client library and its conversion, and through ours.
-    let want: Streams = crate::protocol::entry::read_into_streams(theirs)
+    let want: Streams = crate::conn::reply::read_into_streams(theirs)
         .into_iter()
         .map(|(n, e)| (n.into(), e))
         .collect();
     assert_eq!(want[0].1.len(), 50);
     let mut c = lean(&server.url(), Duration::from_secs(5)).await;
-    let ours = c.query_streams(&read()).await.unwrap();
+    let ours = c.query_streams::<Names>(&read()).await.unwrap();
     assert_eq!(plain(ours), plain(want));
     // A server error leaves it usable; a read that finds nothing is empty.
     let mut bad = redis::cmd("XREADGROUP");
@@ -207,12 +214,12 @@ async fn a_stream_read_on_a_real_server_reads_as_through_the_client_library() {
         .arg("s")
         .arg(">");
     assert_eq!(
-        c.query_streams(&bad).await.unwrap_err().code(),
+        c.query_streams::<Names>(&bad).await.unwrap_err().code(),
         Some("NOGROUP")
     );
     let mut none = redis::cmd("XREAD");
     none.arg("STREAMS").arg("s").arg("$");
-    assert!(c.query_streams(&none).await.unwrap().is_empty());
+    assert!(c.query_streams::<Names>(&none).await.unwrap().is_empty());
     assert_eq!(
         c.query(&ping()).await.unwrap(),
         Value::SimpleString("PONG".into())

@@ -2,6 +2,7 @@
 //! bodies"), against a real redis-server.
 
 use super::*;
+use crate::protocol::stored;
 
 /// A large body is stored by a SET before the submit call and never passes through a
 /// script: the new entry carries `bref` and its body moves to `body:<sid>`; a duplicate's
@@ -64,10 +65,10 @@ async fn stored_bodies_move_with_their_entries_and_leave_nothing_behind() {
 
     // delivered; the reader's MGET finds the body at the entry's key
     let mut entries = f.deliver_entries().await;
-    let at = entry::stored_bodies(&entries);
+    let at = stored::stored_bodies(&entries);
     assert_eq!(at, [0], "one stored body");
-    let bodies: Value = f.query(&entry::mget_bodies(&f.keys, &entries, &at)).await;
-    entry::attach_bodies(&mut entries, &at, bodies);
+    let bodies: Value = f.query(&stored::mget_bodies(&f.keys, &entries, &at)).await;
+    stored::attach_bodies(&mut entries, &at, bodies);
     let req =
         entry::Request::from_entry(entries.remove(0), 1 << 20, &mut Default::default()).unwrap();
     assert!(req.stored_body && req.indexed);

@@ -1,17 +1,18 @@
-//! Stored bodies on the wire: with dedup on, a body of `STORED_BODY_MIN` bytes or more is
-//! stored by a plain SET sent in the same write as the submit call (docs/PROTOCOL.md,
-//! "Stored bodies"). On plain TCP the write goes out on a lean connection of the
+//! The producer's lean connections. With dedup on, a body of `STORED_BODY_MIN` bytes or
+//! more is stored by a plain SET sent in the same write as the submit call
+//! (`protocol/stored`). On plain TCP the write goes out on a lean connection of the
 //! producer's own, each body written from the caller's buffer ([`Framed`]). Other
 //! connections (TLS, Unix sockets, a cluster's client) send the same commands through the
 //! client library. The same lean connections send the XADDs of submissions without
 //! dedup (`submit.rs`) and fetch stored answers (`answers.rs`).
 
-use super::pending::Inner;
+use super::state::Inner;
 use crate::conn::cluster::{slot_elsewhere, slot_moved_error};
-use crate::conn::framed::{Framed, Joined, StoredBody};
+use crate::conn::framed::{Framed, Joined};
 use crate::conn::wire::{into_result, LeanConn};
 use crate::conn::OwnConn;
 use crate::protocol::scripts::ScriptCall;
+use crate::protocol::stored::StoredBody;
 use redis::{RedisResult, Value};
 use std::sync::atomic::Ordering;
 

@@ -11,8 +11,9 @@
 //! not written without the call that records it or deletes it (short of the script
 //! failing once it runs, on a broken queue).
 
+use super::StoredBody;
 use crate::conn::cluster::slot_elsewhere;
-use crate::conn::framed::{Framed, StoredBody};
+use crate::conn::framed::Framed;
 use crate::conn::wire::into_result;
 use crate::conn::{Conn, OwnConn};
 use crate::protocol::scripts::ScriptCall;
@@ -28,7 +29,7 @@ static NO_MULTI_SAID: AtomicBool = AtomicBool::new(false);
 /// Runs `call` after the SETs of `answers`, all in one transaction on `conn`; when Redis
 /// does not know the script, it is loaded through `loader` and the whole transaction sent
 /// again (the SETs are idempotent: same names, same values).
-pub(super) async fn invoke_with_answers<R>(
+pub(crate) async fn invoke_with_answers<R>(
     call: &ScriptCall<'_, R>,
     conn: &mut OwnConn,
     loader: &mut Conn,
