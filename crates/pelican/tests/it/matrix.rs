@@ -3,7 +3,8 @@
 //! reclaim, every 50th request failed by its handler, dedup on and off.
 //!
 //! Every request must get its own right outcome; no request id is handled twice
-//! unless a consumer died holding it; afterwards nothing is left in Redis but cached
+//! unless a consumer died holding it (failures are cached for these runs, as results
+//! are); afterwards nothing is left in Redis but cached
 //! outcomes.
 
 use crate::common::*;
@@ -91,7 +92,12 @@ async fn run_in(s: Scenario, mode: Mode) {
         Mode::Node { partitions } => (Target::Node(RedisServer::start()), partitions),
         Mode::Cluster { partitions } => (Target::Cluster(RedisCluster::start(3)), partitions),
     };
+    // Failures answer later copies too (the default failure_ttl of 0 runs a copy that
+    // arrives after its failure again, by design): with overlapping producers, the second
+    // copy of a failing request may be submitted after the first copy failed.
     let q = target.queue("matrix", partitions);
+    let ttl = q.result_ttl;
+    let q = q.with_failure_ttl(ttl);
     let probe = Probe::on(&target, &q).await;
     let cfg = fast_consumer()
         .with_claim_idle(Duration::from_millis(800))
