@@ -77,7 +77,7 @@ fn main() -> ExitCode {
     // The bench's producer and worker processes share the cores with redis-server: a
     // single-threaded runtime costs them ~25-30 % less CPU per request. The gateway's
     // too, unless told otherwise (--threads): about a third less CPU per call than on
-    // two threads, for the same rate (docs/benchmarks/2026-12-06-gateway.md).
+    // two threads, for the same rate (docs/benchmarks/2026-12-06-1b1c4c5-gateway.md).
     let mut builder = match &cli.command {
         Command::Bench(_) => tokio::runtime::Builder::new_current_thread(),
         Command::Gateway(a) if a.threads == 1 => tokio::runtime::Builder::new_current_thread(),
