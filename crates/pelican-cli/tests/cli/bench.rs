@@ -3,6 +3,7 @@
 
 use crate::support::*;
 use pelican_testkit::{free_port, RedisServer};
+use std::time::Duration;
 
 /// Processes whose command line mentions `needle` (the bench's workers carry the queue).
 fn processes_mentioning(needle: &str) -> Vec<String> {
@@ -218,7 +219,11 @@ fn sixteen_mib_bodies_and_answers_keep_memory_bounded() {
             "2",
         ];
         args.extend_from_slice(shape);
-        let out = bench(&server, &args);
+        // A debug build moves 16 MiB JSON bodies slowly (seconds each on a busy 2-core
+        // machine): this test is about memory, so it gets time.
+        let mut cmd = pelican();
+        cmd.args(["--redis", &server.url(), "bench"]).args(&args);
+        let out = Proc::spawn(cmd).wait(Duration::from_secs(240));
         assert_eq!(out.code, 0, "{what}: {out:?}");
         let v = out.json();
         assert_eq!(v["answers_checked"], 24 + 4 + 2, "{what}: {v}");
