@@ -200,6 +200,27 @@ impl LeaseLost {
 }
 
 /// How a handler says a request failed.
+///
+/// A handler can use `?` on any error type: a bare `?` gives the request back to be
+/// tried again ([`HandlerError::Retry`], with the error's message and its sources), since
+/// an error the handler did not judge is most often a passing one (a connection, a
+/// timeout, a service restarting); a request that keeps failing is dead-lettered after
+/// `max_deliveries`. Where the handler knows better, it says so per call with
+/// [`HandlerResultExt`]: `.or_fail()?` ends the request (every caller gets
+/// [`ErrorKind::Remote`] with the message), `.or_retry_after(delay)?` waits first.
+///
+/// ```no_run
+/// use pelican::{HandlerError, HandlerResultExt, Job};
+///
+/// async fn handle(path: String, _job: Job) -> Result<u64, HandlerError> {
+///     let text = std::fs::read_to_string(&path)?; // cannot read it (yet): retry
+///     let n: u64 = text.trim().parse().or_fail()?; // not a number: fail for good
+///     Ok(n * 2)
+/// }
+/// ```
+///
+/// It is not itself a [`std::error::Error`] (that would rule out the conversion from
+/// every error); it is [`Display`](std::fmt::Display).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HandlerError {
@@ -228,6 +249,13 @@ impl HandlerError {
     pub fn retry_after(delay: Duration, message: impl Into<String>) -> Self {
         HandlerError::RetryAfter(delay, message.into())
     }
+
+    /// The message, whichever the variant.
+    pub fn message(&self) -> &str {
+        match self {
+            HandlerError::Fail(m) | HandlerError::Retry(m) | HandlerError::RetryAfter(_, m) => m,
+        }
+    }
 }
 
 impl std::fmt::Display for HandlerError {
@@ -240,4 +268,64 @@ impl std::fmt::Display for HandlerError {
     }
 }
 
-impl std::error::Error for HandlerError {}
+/// What a bare `?` does in a handler: any error is a passing failure,
+/// [`HandlerError::Retry`], with the error's message and those of its sources.
+impl<E: std::error::Error> From<E> for HandlerError {
+    fn from(e: E) -> Self {
+        HandlerError::Retry(chain(&e))
+    }
+}
+
+/// An error's message followed by its sources' (`outer: inner: ...`), leaving out a
+/// source whose message the text already holds (many errors print their source).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let m = s.to_string();
+        if !m.is_empty() && !text.contains(&m) {
+            text.push_str(": ");
+            text.push_str(&m);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Says, per call, what an error means for the request: `.or_fail()?` ends it for good,
+/// `.or_retry()?` gives it back (what a bare `?` does for a [`std::error::Error`]),
+/// `.or_retry_after(delay)?` gives it back to be tried after about `delay`. For any
+/// `Result` whose error can be displayed, also those a bare `?` does not take (a
+/// `Box<dyn Error>`, `anyhow::Error`, a `String`); the message is the error's `{:#}` form
+/// (the whole chain, for `anyhow`'s errors).
+///
+/// ```
+/// use pelican::{HandlerError, HandlerResultExt};
+///
+/// let bad: Result<u32, _> = "x".parse::<u32>();
+/// assert!(matches!(bad.clone().or_fail(), Err(HandlerError::Fail(_))));
+/// assert!(matches!(bad.or_retry(), Err(HandlerError::Retry(_))));
+/// ```
+pub trait HandlerResultExt<T> {
+    /// An error fails the request for good ([`HandlerError::Fail`]).
+    fn or_fail(self) -> std::result::Result<T, HandlerError>;
+    /// An error gives the request back to be tried again ([`HandlerError::Retry`]).
+    fn or_retry(self) -> std::result::Result<T, HandlerError>;
+    /// An error gives the request back to be tried again after about `delay`
+    /// ([`HandlerError::RetryAfter`]).
+    fn or_retry_after(self, delay: Duration) -> std::result::Result<T, HandlerError>;
+}
+
+impl<T, E: std::fmt::Display> HandlerResultExt<T> for std::result::Result<T, E> {
+    fn or_fail(self) -> std::result::Result<T, HandlerError> {
+        self.map_err(|e| HandlerError::Fail(format!("{e:#}")))
+    }
+
+    fn or_retry(self) -> std::result::Result<T, HandlerError> {
+        self.map_err(|e| HandlerError::Retry(format!("{e:#}")))
+    }
+
+    fn or_retry_after(self, delay: Duration) -> std::result::Result<T, HandlerError> {
+        self.map_err(|e| HandlerError::RetryAfter(delay, format!("{e:#}")))
+    }
+}
