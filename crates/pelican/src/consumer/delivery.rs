@@ -329,3 +329,49 @@ impl<T, E: std::fmt::Display> HandlerResultExt<T> for std::result::Result<T, E> 
         self.map_err(|e| HandlerError::RetryAfter(delay, format!("{e:#}")))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("reading the settings")
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// A bare `?` retries with the error's chain; a source the message already shows is
+    /// not repeated; the extension trait decides per call.
+    #[test]
+    fn a_bare_question_mark_retries_and_the_handler_can_say_otherwise() {
+        fn handler(e: Outer) -> std::result::Result<(), HandlerError> {
+            Err(e)?
+        }
+        let e = handler(Outer(std::io::Error::other("disk gone"))).unwrap_err();
+        assert_eq!(e, HandlerError::retry("reading the settings: disk gone"));
+        let shown = std::io::Error::other(Outer(std::io::Error::other("x")));
+        assert_eq!(
+            HandlerError::from(shown),
+            HandlerError::retry("reading the settings: x")
+        );
+
+        let bad = "seven".parse::<u32>();
+        let fail = bad.clone().or_fail().unwrap_err();
+        assert!(matches!(fail, HandlerError::Fail(_)), "{fail:?}");
+        assert_eq!(fail.message(), "invalid digit found in string");
+        assert!(matches!(
+            bad.clone().or_retry(),
+            Err(HandlerError::Retry(_))
+        ));
+        let later = bad.or_retry_after(Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(later, HandlerError::RetryAfter(d, _) if d == Duration::from_secs(1)));
+        assert_eq!(Ok::<_, String>(3).or_fail(), Ok(3));
+    }
+}
