@@ -399,7 +399,8 @@ async fn a_failure_answers_new_submissions_only_within_the_failure_ttl() {
     // A failure ttl of the result ttl: served as long as it is recorded.
     f.failure_ttl_ms.set(TTL_MS);
     fail("c", failed.clone()).await;
-    age("c", TTL_MS - 1).await;
+    // A second left: 1 ms could run out before the submission.
+    age("c", TTL_MS - 1_000).await;
     assert_eq!(
         f.submit("p1", "c", now).await,
         SubmitAnswer::Cached(failed.clone())
@@ -410,7 +411,7 @@ async fn a_failure_answers_new_submissions_only_within_the_failure_ttl() {
     let ok = Outcome::Ok(b"{}".to_vec());
     for (rid, outcome) in [("d", dead), ("o", ok)] {
         fail(rid, outcome.clone()).await;
-        age(rid, TTL_MS - 1).await;
+        age(rid, TTL_MS - 1_000).await;
         assert_eq!(
             f.submit("p1", rid, now).await,
             SubmitAnswer::Cached(outcome)
