@@ -15,7 +15,7 @@
 //!
 //! A development probe, not a user example (those are in `crates/pelican/examples`); it
 //! lives with the benchmark. It sends the library's own Lua files, read from
-//! `crates/pelican/lua` at build time, and names keys through `pelican::Keys`.
+//! `crates/pelican/lua` at build time, and names keys through `pelican::admin::Keys`.
 //! Build: `cargo build --release -p pelican-cli --example floor` (BENCHMARKS.md).
 
 use std::io::{BufRead, BufReader, Write};
@@ -128,7 +128,7 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let port: u16 = args[2].parse().unwrap();
     let q = &args[3];
-    let keys = pelican::Keys::new("pelican", q);
+    let keys = pelican::admin::Keys::new("pelican", q);
     let stream = keys.stream();
     // The scripts take the prefixes and append the request or producer id themselves.
     let reqp = keys.req("");
@@ -190,7 +190,7 @@ fn main() {
                 let outcome = format!("O{{\"i\":{i},\"ok\":true}}").into_bytes();
                 // the entry's head: `<rid>;<from>;<deadline>;<at>;<index>`
                 let head = String::from_utf8(field(b"head")).unwrap_or_default();
-                let h = pelican::EntryHead::parse(&head).expect("a head of five parts");
+                let h = pelican::admin::EntryHead::parse(&head).expect("a head of five parts");
                 // complete.lua's flags: the index flag, "t" (a small entry), "-" (no
                 // stored answer)
                 let flags = format!("{}t-", h.index);

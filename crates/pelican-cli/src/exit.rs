@@ -94,7 +94,7 @@ impl CliError {
             ErrorKind::Redis => CliError::failure(format!(
                 "redis error: {msg}. Check that the server at {} is Redis 7.0 or newer and reachable \
                  (`redis-cli -u URL ping`){}",
-                pelican::config::redacted_url(url),
+                pelican::admin::redacted_url(url),
                 if url.starts_with("rediss+cluster://") {
                     "; a TLS cluster must name its TLS ports in CLUSTER SLOTS \
                      (nodes with `tls-cluster yes`, or TLS only with `port 0`)"

@@ -2,7 +2,7 @@
 //! clear message. And for the demo: a throwaway `redis-server` on a free loopback port.
 
 use crate::exit::{CliError, CliResult};
-use pelican::config::redacted_url;
+use pelican::admin::redacted_url;
 use redis::{AsyncConnectionConfig, ConnectionAddr};
 use std::fs;
 use std::io;

@@ -2,7 +2,7 @@
 //! redacted, and it has no `Display`: a message says `.redacted()`, a connection or a
 //! child's command line says `.as_str()`.
 
-use pelican::config::redacted_url;
+use pelican::admin::redacted_url;
 use std::convert::Infallible;
 use std::fmt;
 use std::str::FromStr;

@@ -11,10 +11,7 @@
 //! each blob is stored beside the stream by a plain SET and read by the worker with one
 //! MGET: see docs/PROTOCOL.md, "Stored bodies". The queue is removed at the end.
 
-use pelican::{
-    Admin, Bytes, Consumer, ConsumerConfig, HandlerError, Job, Producer, ProducerConfig,
-    QueueConfig, Raw,
-};
+use pelican::{Bytes, ConsumerConfig, HandlerError, Job, ProducerConfig, Queue, QueueConfig, Raw};
 use std::time::{Duration, Instant};
 
 /// A cheap checksum (FNV-1a), as the "work" on a blob.
@@ -31,18 +28,15 @@ async fn handle(blob: Bytes, _job: Job) -> Result<Bytes, HandlerError> {
 #[tokio::main]
 async fn main() -> pelican::Result<()> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let queue = QueueConfig::new(url, format!("example-blobs-{}", std::process::id()))
-        .with_max_body_bytes(16 << 20);
+    let queue = Queue::<Bytes, Bytes, Raw>::new(
+        QueueConfig::new(url, format!("example-blobs-{}", std::process::id()))
+            .with_max_body_bytes(16 << 20),
+    );
 
-    let consumer =
-        Consumer::<Bytes, Bytes, Raw>::connect(queue.clone(), ConsumerConfig::default()).await?;
-    let stop = consumer.stopper();
-    let serving = tokio::spawn(consumer.serve(4, handle));
-    let producer = Producer::<Bytes, Bytes, Raw>::connect(
-        queue.clone(),
-        ProducerConfig::default().with_request_timeout(Duration::from_secs(60)),
-    )
-    .await?;
+    let worker = queue.serve(ConsumerConfig::default(), 4, handle).await?;
+    let producer = queue
+        .producer(ProducerConfig::default().with_request_timeout(Duration::from_secs(60)))
+        .await?;
 
     for i in 0..8u8 {
         let blob: Bytes = (0..8 << 20)
@@ -63,8 +57,7 @@ async fn main() -> pelican::Result<()> {
     }
 
     producer.shutdown().await?;
-    stop.stop();
-    serving.await.expect("the consumer task panicked")?;
-    Admin::connect(queue).await?.destroy().await?;
+    worker.stop().await?;
+    queue.admin().await?.destroy().await?;
     Ok(())
 }

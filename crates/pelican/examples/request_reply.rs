@@ -12,9 +12,7 @@
 //! process so the whole round trip fits on a screen. The queue is named after this
 //! process and removed at the end, so a run leaves nothing behind.
 
-use pelican::{
-    Admin, Consumer, ConsumerConfig, HandlerError, Job, Producer, ProducerConfig, QueueConfig,
-};
+use pelican::{ConsumerConfig, HandlerError, Job, ProducerConfig, Queue, QueueConfig};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -57,20 +55,19 @@ async fn resize(req: Resize, job: Job) -> Result<Resized, HandlerError> {
 #[tokio::main]
 async fn main() -> pelican::Result<()> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let queue = QueueConfig::new(url, format!("example-resize-{}", std::process::id()));
+    // The queue and its types: producers and consumers made from it agree on them.
+    let queue = Queue::<Resize, Resized>::new(QueueConfig::new(
+        url,
+        format!("example-resize-{}", std::process::id()),
+    ));
 
-    // The consumer: at most 4 requests at a time, until stopped.
-    let consumer =
-        Consumer::<Resize, Resized>::connect(queue.clone(), ConsumerConfig::default()).await?;
-    let stop = consumer.stopper();
-    let serving = tokio::spawn(consumer.serve(4, resize));
+    // A worker: a consumer serving at most 4 requests at a time, until stopped.
+    let worker = queue.serve(ConsumerConfig::default(), 4, resize).await?;
 
-    // The producer: same request and response types, same queue.
-    let producer = Producer::<Resize, Resized>::connect(
-        queue.clone(),
-        ProducerConfig::default().with_request_timeout(Duration::from_secs(30)),
-    )
-    .await?;
+    // A producer.
+    let producer = queue
+        .producer(ProducerConfig::default().with_request_timeout(Duration::from_secs(30)))
+        .await?;
 
     // `call` submits and waits for the response.
     let cat = Resize {
@@ -105,8 +102,7 @@ async fn main() -> pelican::Result<()> {
 
     // Stop in order: the producer, then the consumer (it finishes what it holds).
     producer.shutdown().await?;
-    stop.stop();
-    serving.await.expect("the consumer task panicked")?;
-    Admin::connect(queue).await?.destroy().await?;
+    worker.stop().await?;
+    queue.admin().await?.destroy().await?;
     Ok(())
 }

@@ -7,16 +7,14 @@
 //! cargo run -p pelican --example shared_state
 //! ```
 //!
-//! `Consumer::serve` takes one handler (`Fn(Req, Job) -> Future`) and runs it for up to
+//! `Queue::serve` (like `Consumer::serve`) takes one handler (`Fn(Req, Job) -> Future`) and runs it for up to
 //! `concurrency` requests at once, so what the handler uses is shared: put it in an
 //! `Arc`, move a clone into the closure, and clone that again into each request's
 //! `async move` block (a clone of an `Arc` is one counter increment, not a copy). State
 //! that changes goes behind a lock (or an atomic); hold a `std::sync::Mutex` only between
 //! awaits, as below, never across one.
 
-use pelican::{
-    Admin, Consumer, ConsumerConfig, HandlerError, Producer, ProducerConfig, QueueConfig,
-};
+use pelican::{ConsumerConfig, HandlerError, ProducerConfig, Queue, QueueConfig};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -90,7 +88,10 @@ impl AppState {
 #[tokio::main]
 async fn main() -> pelican::Result<()> {
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".into());
-    let queue = QueueConfig::new(url, format!("example-shared-{}", std::process::id()));
+    let queue = Queue::<Thumbnail, Done>::new(QueueConfig::new(
+        url,
+        format!("example-shared-{}", std::process::id()),
+    ));
 
     let state = Arc::new(AppState {
         store: ImageStore {
@@ -99,18 +100,16 @@ async fn main() -> pelican::Result<()> {
         sources: Mutex::new(HashMap::new()),
     });
 
-    let consumer =
-        Consumer::<Thumbnail, Done>::connect(queue.clone(), ConsumerConfig::default()).await?;
-    let stop = consumer.stopper();
     let handler_state = state.clone();
-    let serving = tokio::spawn(consumer.serve(8, move |req: Thumbnail, _job| {
-        // One clone per request, moved into its future.
-        let state = handler_state.clone();
-        async move { state.thumbnail(req).await }
-    }));
+    let worker = queue
+        .serve(ConsumerConfig::default(), 8, move |req: Thumbnail, _job| {
+            // One clone per request, moved into its future.
+            let state = handler_state.clone();
+            async move { state.thumbnail(req).await }
+        })
+        .await?;
 
-    let producer =
-        Producer::<Thumbnail, Done>::connect(queue.clone(), ProducerConfig::default()).await?;
+    let producer = queue.producer(ProducerConfig::default()).await?;
     // A first thumbnail of each image fetches it; then the other widths, at once, use the
     // shared cache (a request for an image not fetched yet would fetch it again).
     for image in ["cat.png", "dog.png"] {
@@ -152,8 +151,7 @@ async fn main() -> pelican::Result<()> {
     );
 
     producer.shutdown().await?;
-    stop.stop();
-    serving.await.expect("the consumer task panicked")?;
-    Admin::connect(queue).await?.destroy().await?;
+    worker.stop().await?;
+    queue.admin().await?.destroy().await?;
     Ok(())
 }

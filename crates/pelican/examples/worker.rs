@@ -19,7 +19,7 @@
 //! and stop it with Ctrl-C or `kill PID`. A second signal is not needed: the shutdown is
 //! bounded by `shutdown_timeout`.
 
-use pelican::{Consumer, ConsumerConfig, HandlerError, Job, QueueConfig};
+use pelican::{ConsumerConfig, HandlerError, Job, Queue, QueueConfig};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 
@@ -84,25 +84,25 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Listen before connecting, so a signal that arrives meanwhile still stops gracefully.
     let stopped = tokio::spawn(stop_signal());
 
-    let consumer = Consumer::<Shout, Shouted>::connect(
-        QueueConfig::new(url, QUEUE),
-        ConsumerConfig::default().with_shutdown_timeout(SHUTDOWN_TIMEOUT),
-    )
-    .await?;
+    let queue = Queue::<Shout, Shouted>::new(QueueConfig::new(url, QUEUE));
+    let worker = queue
+        .serve(
+            ConsumerConfig::default().with_shutdown_timeout(SHUTDOWN_TIMEOUT),
+            CONCURRENCY,
+            shout,
+        )
+        .await?;
     println!(
         "serving queue {QUEUE} as {} (pid {}); stop with Ctrl-C",
-        consumer.name(),
+        worker.name(),
         std::process::id()
     );
-    let stop = consumer.stopper();
-    let serving = tokio::spawn(consumer.serve(CONCURRENCY, shout));
 
     stopped.await??;
     println!("stopping: finishing the requests in hand, handing back the rest");
-    stop.stop();
-    // `serve` returns once every handler finished or was cancelled at the timeout and
-    // its request handed back, every outcome is written and the consumer left the group.
-    serving.await??;
+    // `stop` returns once every handler finished or was cancelled at the timeout and its
+    // request handed back, every outcome is written and the consumer left the group.
+    worker.stop().await?;
     println!("stopped");
     Ok(())
 }

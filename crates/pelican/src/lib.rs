@@ -16,26 +16,35 @@
 //!   polls.
 //!
 //! ```no_run
-//! use pelican::{Consumer, ConsumerConfig, Producer, ProducerConfig, QueueConfig};
+//! use pelican::{ConsumerConfig, HandlerResultExt, ProducerConfig, Queue, QueueConfig};
 //! use serde::{Deserialize, Serialize};
 //!
 //! #[derive(Serialize, Deserialize)]
-//! struct Square { n: u64 }
+//! struct Square { n: String }
 //!
 //! # async fn example() -> pelican::Result<()> {
-//! let queue = QueueConfig::new("redis://127.0.0.1:6379", "squares");
+//! // One typed handle: its producers and consumers agree on the types.
+//! let squares = Queue::<Square, u64>::new(QueueConfig::new("redis://127.0.0.1:6379", "squares"));
 //!
-//! let consumer = Consumer::<Square, u64>::connect(queue.clone(), ConsumerConfig::default()).await?;
-//! let stop = consumer.stopper();
-//! let worker = tokio::spawn(consumer.serve(8, |req: Square, _job| async move { Ok(req.n * req.n) }));
+//! let worker = squares
+//!     .serve(ConsumerConfig::default(), 8, |req: Square, _job| async move {
+//!         // Not a number: fail for good. (A bare `?` would retry.)
+//!         let n: u64 = req.n.parse().or_fail()?;
+//!         Ok(n * n)
+//!     })
+//!     .await?;
 //!
-//! let producer = Producer::<Square, u64>::connect(queue, ProducerConfig::default()).await?;
-//! assert_eq!(producer.call(&Square { n: 12 }).await?, 144);
+//! let producer = squares.producer(ProducerConfig::default()).await?;
+//! assert_eq!(producer.call(&Square { n: "12".into() }).await?, 144);
 //!
-//! stop.stop();
-//! worker.await.expect("worker task")?;
+//! worker.stop().await?;
 //! # Ok(()) }
 //! ```
+//!
+//! A handler's `Ok` is the response; its errors say what to do with the request
+//! ([`HandlerError`]): a bare `?` on any [`std::error::Error`] gives it back to be
+//! tried again, [`HandlerResultExt`]'s `.or_fail()?` fails it for good. Configs are
+//! built with `new`/`default` and `with_*` methods (they are `#[non_exhaustive]`).
 //!
 //! ## Layout
 //! ARCHITECTURE.md walks one request through these, file by file.
@@ -52,15 +61,20 @@
 //!   (`wire.rs`): the reader (`reader.rs`, `fetch.rs`, `admit.rs`), waking it for
 //!   released work and a stop (`wake.rs`), the outcome writer (`writer.rs`), leases
 //!   (`lease.rs`), renewal and upkeep (`maintenance.rs`), the handlers' tasks
-//!   (`serve.rs`), a delivery, [`LeaseLost`] and [`HandlerError`] (`delivery.rs`), what
-//!   they share (`state.rs`). `consumer/pelican/`: pelican's wire (`wire.rs`: admission,
+//!   (`serve.rs`), a delivery, [`LeaseLost`], [`HandlerError`] and [`HandlerResultExt`]
+//!   (`delivery.rs`), what they share (`state.rs`). `consumer/pelican/`: pelican's wire
+//!   (`wire.rs`: admission,
 //!   dead letters, outcomes, reclaim, janitor), [`Consumer`] (`mod.rs`), [`Delivery`] and
 //!   [`Job`] (`delivery.rs`).
 //! - `nitro` (feature `nitro`): Nitro's wire format (Arbitrum's `pubsub` streams): a
 //!   consumer (the same core on Nitro's wire), a producer, stats and the validation
 //!   types.
-//! - [`admin`]: look inside a queue (stats, one request, dead letters), requeue and purge.
-//! - `protocol/`: what is written to Redis: keys ([`Keys`]), stream entries, request ids,
+//! - `queue.rs`: [`Queue`], the typed handle producers and consumers are made from, and
+//!   [`Worker`].
+//! - [`admin`]: for operators' tools (may change between minor versions): look inside a
+//!   queue (stats, one request, dead letters), requeue and purge; the names of what is
+//!   written to Redis ([`admin::Keys`], [`admin::EntryHead`]).
+//! - `protocol/`: what is written to Redis: keys ([`admin::Keys`]), stream entries, request ids,
 //!   the request index value, outcomes, values stored beside the stream (`stored/`: large
 //!   bodies and answers), and one typed call per Lua script (`lua/*.lua`); described in
 //!   `docs/PROTOCOL.md`.
@@ -75,7 +89,7 @@
 //!
 //! Modules depend downwards only: `conn` on nothing of pelican's but errors; `protocol` on
 //! `conn`; `config` on both; `shared` on those; producer, consumer, admin and `nitro` on
-//! all of them.
+//! all of them; `queue` on producer, consumer and admin.
 //!
 //! ## Observability
 //! Counters and histograms go through the `metrics` facade (`pelican_requests_*`,
@@ -111,6 +125,7 @@ mod metrics;
 pub mod nitro;
 mod producer;
 mod protocol;
+mod queue;
 mod shared;
 mod task;
 mod trace;
@@ -127,9 +142,9 @@ pub use codec::Postcard;
 pub use codec::{Codec, CodecError, Json, Raw};
 pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};
-pub use consumer::{Delivery, HandlerError, Job, LeaseLost};
+pub use consumer::{Delivery, HandlerError, HandlerResultExt, Job, LeaseLost};
 pub use error::{Error, ErrorKind, Result};
 pub use producer::{CallOptions, Producer, Submitted, Ticket};
-pub use protocol::head::{EntryHead, HEAD_FIELD};
-pub use protocol::keys::Keys;
-pub use shared::JanitorReport;
+/// The queue's key names, for the crate's own use; the public path is [`admin::Keys`].
+pub(crate) use protocol::keys::Keys;
+pub use queue::{Queue, Worker};

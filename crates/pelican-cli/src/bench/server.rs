@@ -4,7 +4,7 @@
 //! this machine.
 
 use crate::exit::{CliError, CliResult};
-use pelican::config::redacted_url;
+use pelican::admin::redacted_url;
 use redis::aio::MultiplexedConnection;
 use redis::ConnectionAddr;
 use std::collections::BTreeMap;

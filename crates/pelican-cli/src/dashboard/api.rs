@@ -13,7 +13,8 @@ use crate::http::{parse, ApiError, Kind};
 use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::Json;
-use pelican::{Admin, ErrorKind, Keys};
+use pelican::admin::Keys;
+use pelican::{Admin, ErrorKind};
 use redis::Value;
 use serde::Serialize;
 use serde_json::json;
@@ -185,8 +186,8 @@ async fn held(app: &App, parts: &[PartitionNow]) -> redis::RedisResult<HeldMap> 
                 .push(Held {
                     age_ms: reply::id_ms(&id).map_or(0, |at| now.saturating_sub(at)),
                     // the head's request id (`rid` in the layout before it)
-                    rid: match get(pelican::HEAD_FIELD).and_then(reply::string) {
-                        Some(h) => pelican::EntryHead::parse(&h).map(|h| h.rid.to_string()),
+                    rid: match get(pelican::admin::HEAD_FIELD).and_then(reply::string) {
+                        Some(h) => pelican::admin::EntryHead::parse(&h).map(|h| h.rid.to_string()),
                         None => get("rid").and_then(reply::string),
                     },
                     body_len: get("body").and_then(reply::bytes).map(<[u8]>::len),

@@ -20,7 +20,7 @@
 
 use super::discover::{self, Found};
 use super::reply;
-use pelican::Keys;
+use pelican::admin::Keys;
 use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
 use serde::Serialize;

@@ -132,9 +132,9 @@ impl Gateway {
         let kind = BodyType::of(h)?;
         let query = input::query_ms(parts.uri.query(), &["timeout_ms"])?;
         let timeout = input::timeout(h, &query, self.default_timeout, self.max_timeout)?;
-        let mut options = CallOptions::new().timeout(timeout);
+        let mut options = CallOptions::new().with_timeout(timeout);
         if let Some(id) = input::request_id(h)? {
-            options = options.request_id(id);
+            options = options.with_request_id(id);
         }
         let body = input::read_body(h, body, kind, self.queues.max_body_bytes()).await?;
         Ok(Submission {

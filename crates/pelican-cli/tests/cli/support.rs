@@ -169,7 +169,7 @@ impl Env {
     }
 
     /// The queue's Redis keys, as the command names them (it uses the default prefix).
-    pub fn keys(&self) -> pelican::Keys {
+    pub fn keys(&self) -> pelican::admin::Keys {
         pelican::QueueConfig::new(self.server.url(), self.queue.clone()).keys()
     }
 

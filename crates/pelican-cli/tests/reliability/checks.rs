@@ -49,7 +49,7 @@ pub async fn leftovers(url: &str, queue: &str, dead_allowed: bool) -> Leftovers 
 /// connected to.
 pub async fn leftovers_of(
     c: &mut MultiplexedConnection,
-    names: &pelican::Keys,
+    names: &pelican::admin::Keys,
     dead_allowed: bool,
 ) -> Leftovers {
     let mut keys = Vec::new();

@@ -24,7 +24,7 @@
 //! apart, with 60 s of load after the last fault.
 
 use crate::common::*;
-use pelican::Keys;
+use pelican::admin::Keys;
 use pelican_testkit::{eventually, unique_name, RedisCluster};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

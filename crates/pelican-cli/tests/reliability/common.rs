@@ -27,8 +27,8 @@ pub const PREFIX: &str = "pelican";
 
 /// The Redis keys of queue `queue` (under [`PREFIX`]), for the checks that look at Redis
 /// directly.
-pub fn keys(queue: &str) -> pelican::Keys {
-    pelican::Keys::new(PREFIX, queue)
+pub fn keys(queue: &str) -> pelican::admin::Keys {
+    pelican::admin::Keys::new(PREFIX, queue)
 }
 
 /// Slack on top of a request's timeout before a caller counts as hung: one sweep

@@ -1,17 +1,31 @@
-//! Looking inside a queue, and the operator's tools: stats ([`Admin::stats`]), one
-//! request's state ([`Admin::inspect`]), dead letters ([`Admin::dead_letters`]), janitor, destroy.
+//! For operators' tools: looking inside a queue and acting on it. Its contents may change
+//! between minor versions.
+//!
+//! - [`Admin`] (also at the crate root): stats ([`Admin::stats`]), one request's state
+//!   ([`Admin::inspect`]), dead letters ([`Admin::dead_letters`], [`Admin::requeue`]),
+//!   janitor, destroy.
+//! - What pelican writes to Redis, for tools that read it directly (a dashboard, tests,
+//!   `redis-cli` scripts): a queue's key names ([`Keys`], from
+//!   [`QueueConfig::keys`](crate::QueueConfig::keys)) and a request entry's `head` field
+//!   ([`HEAD_FIELD`], [`EntryHead`]), as `docs/PROTOCOL.md` describes them. They follow
+//!   the wire protocol, not the API.
+//! - [`redacted_url`]: a Redis URL fit for a log line (the password replaced).
 
 mod dead;
 mod inspect;
 mod stats;
 
+pub use crate::conn::url::redacted_url;
+pub use crate::protocol::head::{EntryHead, HEAD_FIELD};
+pub use crate::protocol::keys::Keys;
+pub use crate::shared::JanitorReport;
 pub use dead::DeadLetter;
 pub use inspect::{RequestInfo, RequestState};
 pub use stats::{ConsumerStats, InFlight, Stats};
 
 use crate::config::QueueConfig;
 use crate::error::{Error, Result};
-use crate::shared::{JanitorReport, Shared};
+use crate::shared::Shared;
 use std::sync::Arc;
 use std::time::Duration;
 

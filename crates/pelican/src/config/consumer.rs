@@ -7,8 +7,10 @@ use super::{
 use crate::error::{Error, Result};
 use std::time::Duration;
 
-/// How a [`crate::Consumer`] behaves.
+/// How a [`crate::Consumer`] behaves: [`ConsumerConfig::default`] and the `with_*`
+/// methods (new settings can be added without breaking callers).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConsumerConfig {
     /// An entry whose consumer has not renewed its lease for this long is taken over by
     /// another consumer. Default 30 s: a crashed worker's work restarts within half a

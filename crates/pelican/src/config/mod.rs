@@ -62,7 +62,11 @@ pub use crate::protocol::request_id::MAX_REQUEST_ID_LEN;
 /// Where a queue lives: the Redis URL, the queue's name and the key prefix.
 ///
 /// Its `Debug` output shows the URL without its password.
+///
+/// Built with [`QueueConfig::new`] and the `with_*` methods (new settings can be added
+/// without breaking callers); the fields can be read.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct QueueConfig {
     /// Redis URL: `redis://[user:password@]host:port[/db]` (or `rediss://` for TLS when
     /// built with the `tls` feature, `unix:///path`), or a Redis Cluster:
@@ -144,7 +148,7 @@ impl std::fmt::Debug for QueueConfig {
     }
 }
 
-pub use crate::conn::url::redacted_url;
+use crate::conn::url::redacted_url;
 
 impl QueueConfig {
     /// A queue named `name` on the Redis at `url`, with default settings.
@@ -164,6 +168,20 @@ impl QueueConfig {
             tls_root_ca_pem: None,
             partitions: 1,
         }
+    }
+
+    /// Sets the Redis URL (see [`QueueConfig::url`]).
+    #[must_use]
+    pub fn with_url(mut self, url: impl Into<String>) -> Self {
+        self.url = url.into();
+        self
+    }
+
+    /// Sets the queue's name (see [`QueueConfig::name`]).
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
     }
 
     /// Sets the number of partitions (see [`QueueConfig::partitions`]).
@@ -322,8 +340,10 @@ pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
 }
 
 impl QueueConfig {
-    /// The Redis keys of this queue (for looking at Redis directly); with several
-    /// partitions, those of partition 0 (see [`QueueConfig::partition_keys`]).
+    /// The Redis keys of this queue, for operators' tools that look at Redis directly
+    /// (see [`crate::admin`]: they follow the wire protocol and may change between minor
+    /// versions); with several partitions, those of partition 0 (see
+    /// [`QueueConfig::partition_keys`]).
     pub fn keys(&self) -> crate::Keys {
         self.partition_keys(0)
     }

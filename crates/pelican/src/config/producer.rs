@@ -6,8 +6,10 @@ use super::{
 use crate::error::Result;
 use std::time::Duration;
 
-/// How a [`crate::Producer`] behaves.
+/// How a [`crate::Producer`] behaves: [`ProducerConfig::default`] and the `with_*`
+/// methods (new settings can be added without breaking callers).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProducerConfig {
     /// How long a request may take, from submission to outcome, before the caller gets
     /// [`crate::ErrorKind::Timeout`]; it is also the request's deadline in the queue, after

@@ -200,6 +200,27 @@ impl LeaseLost {
 }
 
 /// How a handler says a request failed.
+///
+/// A handler can use `?` on any error type: a bare `?` gives the request back to be
+/// tried again ([`HandlerError::Retry`], with the error's message and its sources), since
+/// an error the handler did not judge is most often a passing one (a connection, a
+/// timeout, a service restarting); a request that keeps failing is dead-lettered after
+/// `max_deliveries`. Where the handler knows better, it says so per call with
+/// [`HandlerResultExt`]: `.or_fail()?` ends the request (every caller gets
+/// [`ErrorKind::Remote`] with the message), `.or_retry_after(delay)?` waits first.
+///
+/// ```no_run
+/// use pelican::{HandlerError, HandlerResultExt, Job};
+///
+/// async fn handle(path: String, _job: Job) -> Result<u64, HandlerError> {
+///     let text = std::fs::read_to_string(&path)?; // cannot read it (yet): retry
+///     let n: u64 = text.trim().parse().or_fail()?; // not a number: fail for good
+///     Ok(n * 2)
+/// }
+/// ```
+///
+/// It is not itself a [`std::error::Error`] (that would rule out the conversion from
+/// every error); it is [`Display`](std::fmt::Display).
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum HandlerError {
@@ -228,6 +249,13 @@ impl HandlerError {
     pub fn retry_after(delay: Duration, message: impl Into<String>) -> Self {
         HandlerError::RetryAfter(delay, message.into())
     }
+
+    /// The message, whichever the variant.
+    pub fn message(&self) -> &str {
+        match self {
+            HandlerError::Fail(m) | HandlerError::Retry(m) | HandlerError::RetryAfter(_, m) => m,
+        }
+    }
 }
 
 impl std::fmt::Display for HandlerError {
@@ -240,4 +268,110 @@ impl std::fmt::Display for HandlerError {
     }
 }
 
-impl std::error::Error for HandlerError {}
+/// What a bare `?` does in a handler: any error is a passing failure,
+/// [`HandlerError::Retry`], with the error's message and those of its sources.
+impl<E: std::error::Error> From<E> for HandlerError {
+    fn from(e: E) -> Self {
+        HandlerError::Retry(chain(&e))
+    }
+}
+
+/// An error's message followed by its sources' (`outer: inner: ...`), leaving out a
+/// source whose message the text already holds (many errors print their source).
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        let m = s.to_string();
+        if !m.is_empty() && !text.contains(&m) {
+            text.push_str(": ");
+            text.push_str(&m);
+        }
+        source = s.source();
+    }
+    text
+}
+
+/// Says, per call, what an error means for the request: `.or_fail()?` ends it for good,
+/// `.or_retry()?` gives it back (what a bare `?` does for a [`std::error::Error`]),
+/// `.or_retry_after(delay)?` gives it back to be tried after about `delay`. For any
+/// `Result` whose error can be displayed, also those a bare `?` does not take (a
+/// `Box<dyn Error>`, `anyhow::Error`, a `String`); the message is the error's `{:#}` form
+/// (the whole chain, for `anyhow`'s errors).
+///
+/// ```
+/// use pelican::{HandlerError, HandlerResultExt};
+///
+/// let bad: Result<u32, _> = "x".parse::<u32>();
+/// assert!(matches!(bad.clone().or_fail(), Err(HandlerError::Fail(_))));
+/// assert!(matches!(bad.or_retry(), Err(HandlerError::Retry(_))));
+/// ```
+pub trait HandlerResultExt<T> {
+    /// An error fails the request for good ([`HandlerError::Fail`]).
+    fn or_fail(self) -> std::result::Result<T, HandlerError>;
+    /// An error gives the request back to be tried again ([`HandlerError::Retry`]).
+    fn or_retry(self) -> std::result::Result<T, HandlerError>;
+    /// An error gives the request back to be tried again after about `delay`
+    /// ([`HandlerError::RetryAfter`]).
+    fn or_retry_after(self, delay: Duration) -> std::result::Result<T, HandlerError>;
+}
+
+impl<T, E: std::fmt::Display> HandlerResultExt<T> for std::result::Result<T, E> {
+    fn or_fail(self) -> std::result::Result<T, HandlerError> {
+        self.map_err(|e| HandlerError::Fail(format!("{e:#}")))
+    }
+
+    fn or_retry(self) -> std::result::Result<T, HandlerError> {
+        self.map_err(|e| HandlerError::Retry(format!("{e:#}")))
+    }
+
+    fn or_retry_after(self, delay: Duration) -> std::result::Result<T, HandlerError> {
+        self.map_err(|e| HandlerError::RetryAfter(delay, format!("{e:#}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct Outer(std::io::Error);
+    impl std::fmt::Display for Outer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("reading the settings")
+        }
+    }
+    impl std::error::Error for Outer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            Some(&self.0)
+        }
+    }
+
+    /// A bare `?` retries with the error's chain; a source the message already shows is
+    /// not repeated; the extension trait decides per call.
+    #[test]
+    fn a_bare_question_mark_retries_and_the_handler_can_say_otherwise() {
+        fn handler(e: Outer) -> std::result::Result<(), HandlerError> {
+            Err(e)?
+        }
+        let e = handler(Outer(std::io::Error::other("disk gone"))).unwrap_err();
+        assert_eq!(e, HandlerError::retry("reading the settings: disk gone"));
+        let shown = std::io::Error::other(Outer(std::io::Error::other("x")));
+        assert_eq!(
+            HandlerError::from(shown),
+            HandlerError::retry("reading the settings: x")
+        );
+
+        let bad = "seven".parse::<u32>();
+        let fail = bad.clone().or_fail().unwrap_err();
+        assert!(matches!(fail, HandlerError::Fail(_)), "{fail:?}");
+        assert_eq!(fail.message(), "invalid digit found in string");
+        assert!(matches!(
+            bad.clone().or_retry(),
+            Err(HandlerError::Retry(_))
+        ));
+        let later = bad.or_retry_after(Duration::from_secs(1)).unwrap_err();
+        assert!(matches!(later, HandlerError::RetryAfter(d, _) if d == Duration::from_secs(1)));
+        assert_eq!(Ok::<_, String>(3).or_fail(), Ok(3));
+    }
+}

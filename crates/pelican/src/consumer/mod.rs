@@ -24,7 +24,7 @@ mod wake;
 pub(crate) mod wire;
 mod writer;
 
-pub use delivery::{HandlerError, LeaseLost};
+pub use delivery::{HandlerError, HandlerResultExt, LeaseLost};
 pub use pelican::{Consumer, Delivery, Job};
 
 use crate::clock::ms;

@@ -3,7 +3,8 @@
 //! the setting is part of the agreement between the processes of a stream (idletime,
 //! answer TTL, request timeout), and pelican's where it is not (polling, heartbeats).
 
-use crate::config::{positive, redacted_url, QueueConfig, DEFAULT_COMMAND_TIMEOUT};
+use crate::config::{positive, QueueConfig, DEFAULT_COMMAND_TIMEOUT};
+use crate::conn::url::redacted_url;
 use crate::error::{Error, Result};
 use std::time::Duration;
 
@@ -47,6 +48,7 @@ pub const MAX_STREAM_NAME_LEN: usize = 512;
 /// atomic answer (key, XACK, XDEL in one script) needs a single Redis server, not a
 /// cluster. Nitro itself runs on one.
 #[derive(Clone)]
+#[non_exhaustive]
 pub struct StreamConfig {
     /// Redis URL: `redis://[user:password@]host:port[/db]` (`rediss://` with the `tls`
     /// feature).
@@ -83,6 +85,20 @@ impl StreamConfig {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             tls_root_ca_pem: None,
         }
+    }
+
+    /// Sets the Redis URL.
+    #[must_use]
+    pub fn with_url(mut self, url: impl Into<String>) -> Self {
+        self.url = url.into();
+        self
+    }
+
+    /// Sets the stream's name.
+    #[must_use]
+    pub fn with_stream(mut self, stream: impl Into<String>) -> Self {
+        self.stream = stream.into();
+        self
     }
 
     /// Sets the command timeout.
@@ -134,8 +150,10 @@ fn validate_stream_name(name: &str) -> Result<()> {
     Ok(())
 }
 
-/// How a Nitro-format [`Consumer`](super::Consumer) behaves.
+/// How a Nitro-format [`Consumer`](super::Consumer) behaves: `default()` and the
+/// `with_*` methods.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ConsumerConfig {
     /// Nitro's `idletime-to-autoclaim`: an entry whose consumer has not touched it for
     /// this long is taken over. Must be the same for every process of the stream, Nitro's
@@ -328,8 +346,10 @@ impl ConsumerConfig {
     }
 }
 
-/// How a Nitro-format [`Producer`](super::Producer) behaves.
+/// How a Nitro-format [`Producer`](super::Producer) behaves: `default()` and the
+/// `with_*` methods.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ProducerConfig {
     /// Nitro's `request-timeout`: a request without an answer this long after it was
     /// added (by the Redis clock: the entry id's time against Redis' `TIME`) fails with

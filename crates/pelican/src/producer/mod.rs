@@ -264,7 +264,7 @@ where
     /// control characters). With dedup on, the id is the dedup key: submissions with the
     /// same id share one solution, whatever their bodies.
     pub async fn submit_with_id(&self, id: &str, req: &Req) -> Result<Ticket<Resp, C>> {
-        self.submit_with(req, CallOptions::new().request_id(id))
+        self.submit_with(req, CallOptions::new().with_request_id(id))
             .await
     }
 

@@ -1,5 +1,5 @@
-//! Per-call options, the way async-nats does them (`Request::new().timeout(..)`): a
-//! setting that differs per call is an argument of the call, not a second producer.
+//! Per-call options: a setting that differs per call is an argument of the call
+//! (`CallOptions::new().with_timeout(..)`), not a second producer.
 
 use crate::config::validate_request_id;
 use crate::error::{Error, Result};
@@ -17,13 +17,14 @@ use std::time::Duration;
 ///     .call_with(
 ///         &"resize photo 7".to_string(),
 ///         CallOptions::new()
-///             .timeout(Duration::from_secs(5))
-///             .request_id("order-1234-thumbnail"),
+///             .with_timeout(Duration::from_secs(5))
+///             .with_request_id("order-1234-thumbnail"),
 ///     )
 ///     .await?;
 /// # let _ = answer; Ok(()) }
 /// ```
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct CallOptions {
     pub(crate) timeout: Option<Duration>,
     pub(crate) request_id: Option<String>,
@@ -38,7 +39,7 @@ impl CallOptions {
     /// How long this call may take, from submission to outcome, instead of the
     /// producer's `request_timeout`; it is also the request's deadline in the queue.
     #[must_use]
-    pub fn timeout(mut self, timeout: Duration) -> Self {
+    pub fn with_timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
         self
     }
@@ -49,7 +50,7 @@ impl CallOptions {
     /// arrive is the one handled), so a caller can retry a call safely across its own
     /// restarts.
     #[must_use]
-    pub fn request_id(mut self, id: impl Into<String>) -> Self {
+    pub fn with_request_id(mut self, id: impl Into<String>) -> Self {
         self.request_id = Some(id.into());
         self
     }

@@ -16,13 +16,14 @@ pub const HEAD_FIELD: &str = "head";
 /// producer's id never holds one.
 ///
 /// ```
-/// let h = pelican::EntryHead::parse("r;1;p7;1796207341130;1796207331130;0").unwrap();
+/// use pelican::admin::EntryHead;
+/// let h = EntryHead::parse("r;1;p7;1796207341130;1796207331130;0").unwrap();
 /// assert_eq!(h.rid, "r;1");
 /// assert_eq!(h.from, "p7");
 /// assert_eq!(h.deadline, "1796207341130");
 /// assert_eq!(h.at, "1796207331130");
 /// assert_eq!(h.index, "0");
-/// assert!(pelican::EntryHead::parse("r1;p7;1796207341130").is_none());
+/// assert!(EntryHead::parse("r1;p7;1796207341130").is_none());
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct EntryHead<'a> {

@@ -4,7 +4,8 @@
 //! as a producer of an earlier build writes it, is still served, and alike.
 
 use crate::common::*;
-use pelican::{Consumer, EntryHead, Producer};
+use pelican::admin::EntryHead;
+use pelican::{Consumer, Producer};
 use pelican_testkit::RedisServer;
 use std::time::{Duration, UNIX_EPOCH};
 

@@ -71,7 +71,7 @@ async fn a_call_has_its_own_timeout_and_deadline() {
     let ticket = p
         .submit_with(
             &Req::new(1, "a"),
-            CallOptions::new().timeout(Duration::from_millis(400)),
+            CallOptions::new().with_timeout(Duration::from_millis(400)),
         )
         .await
         .unwrap();
@@ -94,13 +94,13 @@ async fn a_call_has_its_own_timeout_and_deadline() {
     let zero = p
         .call_with(
             &Req::new(2, "a"),
-            CallOptions::new().timeout(Duration::ZERO),
+            CallOptions::new().with_timeout(Duration::ZERO),
         )
         .await
         .unwrap_err();
     assert_eq!(zero.kind(), ErrorKind::Config);
     let bad = p
-        .call_with(&Req::new(2, "a"), CallOptions::new().request_id(""))
+        .call_with(&Req::new(2, "a"), CallOptions::new().with_request_id(""))
         .await
         .unwrap_err();
     assert_eq!(bad.kind(), ErrorKind::Config);
@@ -121,14 +121,14 @@ async fn a_caller_chosen_id_is_the_dedup_key() {
     let first = p
         .submit_with(
             &Req::new(1, "first"),
-            CallOptions::new().request_id("order-7"),
+            CallOptions::new().with_request_id("order-7"),
         )
         .await
         .unwrap();
     let second = p2
         .submit_with(
             &Req::new(1, "retried"),
-            CallOptions::new().request_id("order-7"),
+            CallOptions::new().with_request_id("order-7"),
         )
         .await
         .unwrap();
@@ -156,7 +156,7 @@ async fn a_detached_request_runs_and_is_watched_by_id() {
     let ticket = p1
         .submit_with(
             &Req::new(5, "kept"),
-            CallOptions::new().timeout(Duration::from_secs(30)),
+            CallOptions::new().with_timeout(Duration::from_secs(30)),
         )
         .await
         .unwrap();

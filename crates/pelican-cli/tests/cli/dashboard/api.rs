@@ -5,7 +5,7 @@ use super::{bury, xlen, Dashboard, DEADLINE};
 use crate::support::Env;
 use pelican_testkit::eventually_sync;
 
-fn keys(env: &Env, queue: &str) -> pelican::Keys {
+fn keys(env: &Env, queue: &str) -> pelican::admin::Keys {
     pelican::QueueConfig::new(env.server.url(), queue).keys()
 }
 
@@ -22,7 +22,7 @@ fn queues_are_found_and_bad_input_gets_clear_errors() {
         .unwrap();
     // Two partitions of one queue "parted": keys pelican:{parted#0}:..., {parted#1}.
     for tag in ["parted#0", "parted#1"] {
-        let k = pelican::Keys::new("pelican", tag);
+        let k = pelican::admin::Keys::new("pelican", tag);
         let _: String = redis::cmd("XADD")
             .arg(k.stream())
             .arg("*")
@@ -347,7 +347,7 @@ fn redis_down_is_reported_and_the_dashboard_lives_on() {
 fn a_partitioned_queue_is_one_queue() {
     let env = Env::new("dash-parts");
     let worker = env.spawn(&["--partitions", "2", "worker", "--handler", "echo"]);
-    let one = pelican::Keys::partition("pelican", &env.queue, 1, 2);
+    let one = pelican::admin::Keys::partition("pelican", &env.queue, 1, 2);
     pelican_testkit::eventually_sync(DEADLINE, "the worker to create both partitions", || {
         worker.stderr().contains("serving queue")
     });

@@ -8,7 +8,7 @@ use crate::support::Env;
 use pelican_testkit::{eventually_sync, unique_name, RedisServer};
 use std::time::{Duration, Instant};
 
-fn keys(env: &Env) -> pelican::Keys {
+fn keys(env: &Env) -> pelican::admin::Keys {
     pelican::QueueConfig::new(env.server.url(), env.queue.clone()).keys()
 }
 

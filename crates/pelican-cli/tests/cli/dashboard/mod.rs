@@ -71,7 +71,7 @@ impl Dashboard {
 
 /// Puts a dead letter straight into `queue`'s dead-letter stream, as a consumer would
 /// have (reason, deliveries, last consumer, the original fields); returns its id.
-pub fn bury(env: &Env, queue_keys: &pelican::Keys, rid: &str, body: &str) -> String {
+pub fn bury(env: &Env, queue_keys: &pelican::admin::Keys, rid: &str, body: &str) -> String {
     let mut c = redis::Client::open(env.server.url())
         .unwrap()
         .get_connection()

@@ -396,10 +396,10 @@ async fn a_failure_answers_new_submissions_only_within_the_failure_ttl() {
         panic!("a failure older than the failure ttl: the request runs again")
     };
     assert_eq!(f.deliver().await, vec![again]);
-    // A failure ttl of the result ttl: served as long as it is recorded (1 s left here:
-    // a key left with 1 ms could expire before the next command on a busy machine).
+    // A failure ttl of the result ttl: served as long as it is recorded.
     f.failure_ttl_ms.set(TTL_MS);
     fail("c", failed.clone()).await;
+    // A second left: 1 ms could run out before the submission.
     age("c", TTL_MS - 1_000).await;
     assert_eq!(
         f.submit("p1", "c", now).await,

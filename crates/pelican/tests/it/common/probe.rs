@@ -3,7 +3,8 @@
 
 #![allow(dead_code)]
 
-use pelican::{Keys, QueueConfig};
+use pelican::admin::Keys;
+use pelican::QueueConfig;
 use pelican_testkit::{info_int, info_str, RedisServer};
 use redis::aio::MultiplexedConnection;
 use redis::Value;
