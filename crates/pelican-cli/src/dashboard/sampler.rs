@@ -19,9 +19,9 @@
 //! clock skew between this host and Redis does not matter.
 
 use super::discover::{self, Found};
+use super::link::Link;
 use super::reply;
 use pelican::Keys;
-use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -54,6 +54,9 @@ pub struct ConsumerNow {
 pub struct PartitionNow {
     /// The key tag (`Q`, or `Q#p` for partition p).
     pub tag: String,
+    /// On a cluster, the master (`host:port`) that served the partition's slot when the
+    /// queues were last looked for; `None` on one node.
+    pub node: Option<String>,
     /// Entries in the request stream.
     pub length: u64,
     /// Entries ever added to the stream.
@@ -149,19 +152,23 @@ pub struct Board {
 pub type SharedBoard = Arc<RwLock<Board>>;
 
 /// Samples forever (the task is aborted with the dashboard).
-pub async fn run(mut conn: ConnectionManager, prefix: String, board: SharedBoard) {
+pub async fn run(mut conn: Link, prefix: String, board: SharedBoard) {
     let mut tick = tokio::time::interval(INTERVAL);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut found: Option<Found> = None;
+    let mut nodes = Nodes::new();
     let mut n: u64 = 0;
     loop {
         tick.tick().await;
         let again = std::mem::take(&mut board.write().expect("board lock").rediscover);
         let result = async {
             if again || found.is_none() || n.is_multiple_of(DISCOVER_EVERY) {
-                found = Some(discover::discover(&mut conn, &prefix).await?);
+                let f = discover::discover(&mut conn, &prefix).await?;
+                nodes = nodes_of(&conn, &prefix, &f).await?;
+                found = Some(f);
             }
-            sample_all(&mut conn, &prefix, found.as_ref().expect("discovered")).await
+            let found = found.as_ref().expect("discovered");
+            sample_all(&mut conn, &prefix, found, &nodes).await
         }
         .await;
         n += 1;
@@ -187,7 +194,7 @@ pub async fn run(mut conn: ConnectionManager, prefix: String, board: SharedBoard
 /// Looks for queues now (a page asked for one not seen yet), and has the sampler pick
 /// up the new list at its next sample.
 pub async fn discover_now(
-    conn: &mut ConnectionManager,
+    conn: &mut Link,
     prefix: &str,
     board: &SharedBoard,
 ) -> RedisResult<Found> {
@@ -197,11 +204,33 @@ pub async fn discover_now(
 }
 
 type Sampled = BTreeMap<String, Vec<PartitionNow>>;
+/// On a cluster: key tag -> the master serving its slot.
+type Nodes = BTreeMap<String, String>;
+
+/// Which master serves each partition found (one `CLUSTER SLOTS`; nothing on one node).
+async fn nodes_of(conn: &Link, prefix: &str, found: &Found) -> RedisResult<Nodes> {
+    let Link::Cluster(d) = conn else {
+        return Ok(Nodes::new());
+    };
+    let tags: Vec<&String> = found.values().flatten().collect();
+    let streams: Vec<String> = tags
+        .iter()
+        .map(|t| Keys::new(prefix, t).stream().to_string())
+        .collect();
+    let keys: Vec<&str> = streams.iter().map(String::as_str).collect();
+    let masters = d.masters_of(&keys).await?;
+    Ok(tags
+        .into_iter()
+        .zip(masters)
+        .filter_map(|(t, m)| Some((t.clone(), m?)))
+        .collect())
+}
 
 async fn sample_all(
-    conn: &mut ConnectionManager,
+    conn: &mut Link,
     prefix: &str,
     found: &Found,
+    nodes: &Nodes,
 ) -> RedisResult<(u64, Sampled)> {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
     let now = secs * 1000 + micros / 1000;
@@ -209,18 +238,16 @@ async fn sample_all(
     for (queue, tags) in found {
         let mut parts = Vec::with_capacity(tags.len());
         for tag in tags {
-            parts.push(sample_partition(conn, prefix, tag).await?);
+            let mut p = sample_partition(conn, prefix, tag).await?;
+            p.node = nodes.get(tag).cloned();
+            parts.push(p);
         }
         out.insert(queue.clone(), parts);
     }
     Ok((now, out))
 }
 
-async fn sample_partition(
-    conn: &mut ConnectionManager,
-    prefix: &str,
-    tag: &str,
-) -> RedisResult<PartitionNow> {
+async fn sample_partition(conn: &mut Link, prefix: &str, tag: &str) -> RedisResult<PartitionNow> {
     let keys = Keys::new(prefix, tag);
     let replies: Vec<Value> = redis::pipe()
         .ignore_errors()

@@ -1,11 +1,14 @@
 //! Looking inside a queue, and the operator's tools: stats ([`Admin::stats`]), one
-//! request's state ([`Admin::inspect`]), dead letters ([`Admin::dead_letters`]), janitor, destroy.
+//! request's state ([`Admin::inspect`]), dead letters ([`Admin::dead_letters`]), janitor, destroy;
+//! and a connection to a whole deployment, one node or a cluster ([`Deployment`]).
 
 mod dead;
+mod deployment;
 mod inspect;
 mod stats;
 
 pub use dead::DeadLetter;
+pub use deployment::Deployment;
 pub use inspect::{RequestInfo, RequestState};
 pub use stats::{ConsumerStats, InFlight, Stats};
 

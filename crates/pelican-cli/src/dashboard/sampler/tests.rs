@@ -56,7 +56,11 @@ fn partitions_add_up_and_rates_come_from_deltas() {
 #[tokio::test]
 async fn the_oldest_request_is_not_a_finished_entry_waiting_for_the_trim() {
     let server = pelican_testkit::RedisServer::start();
-    let mut conn = ConnectionManager::new(server.client()).await.unwrap();
+    let mut conn = Link::Node(
+        redis::aio::ConnectionManager::new(server.client())
+            .await
+            .unwrap(),
+    );
     let keys = Keys::new("pelican", "q");
     let run = |args: &[&str]| {
         let mut c = redis::cmd(args[0]);
