@@ -305,6 +305,21 @@ fn refuses_a_public_address_without_a_token() {
     assert!(out.stderr.contains("at least 16"), "{out:?}");
     let out = env.run(&["dashboard", "--prefix", "bad{prefix"]);
     assert_eq!(out.code, 2, "{out:?}");
+    // A cluster must answer at start (its connection learns the nodes then): a failure
+    // that names the seeds it tried.
+    let port = pelican_testkit::free_port();
+    let mut cmd = crate::support::pelican();
+    cmd.args([
+        "--redis",
+        &format!("redis+cluster://127.0.0.1:{port}"),
+        "dashboard",
+    ]);
+    let out = crate::support::run(cmd);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!("tried 127.0.0.1:{port}")),
+        "{out:?}"
+    );
 }
 
 /// Redis going away is shown, not fatal: the overview reports it, calls that need Redis
@@ -619,4 +634,16 @@ fn a_queue_on_a_cluster_is_summed_over_its_partitions() {
     worker.signal(libc::SIGTERM);
     assert_eq!(worker.wait(Duration::from_secs(20)).code, 0);
     rt.block_on(producer.shutdown()).unwrap();
+
+    // The whole cluster gone: shown on the page, not fatal.
+    let mut cq = cq;
+    for n in cq.cluster.nodes_mut() {
+        n.kill();
+    }
+    eventually_sync(DEADLINE, "the overview to report the cluster down", || {
+        get(&d.addr, "/api/queues").json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot read Redis"))
+    });
+    assert_eq!(get(&d.addr, "/api/info").status, 200);
 }
