@@ -363,7 +363,6 @@
   // what waits, what is in work, who reads it.
   function drawPartitions(d, body) {
     const withNodes = d.partitions.some((p) => p.node);
-    const age = (at) => (at && d.sampled_at_ms ? dur(Math.max(0, d.sampled_at_ms - at)) : "–");
     const cell = (col, text, cls) => el("td", { class: "r" + (cls ? " " + cls : ""), "data-col": col }, text);
     const rows = d.partitions.map((p) => el("tr", { "data-partition": p.tag },
       el("td", {}, el("span", { class: "mono" }, p.tag)),
@@ -374,7 +373,7 @@
       cell("consumers", int(p.consumers.length)),
       cell("dead_letters", int(p.dead_letters), p.dead_letters > 0 ? "bad" : null),
       cell("submitted", int(p.entries_added)),
-      cell("oldest", age(p.oldest_entry_at_ms))));
+      cell("oldest", dur(p.oldest_request_ms))));
     body.replaceChildren(el("table", {},
       el("thead", {}, el("tr", {}, el("th", {}, "Partition"), withNodes ? el("th", {}, "Node") : null,
         el("th", { class: "r" }, "Queued"), el("th", { class: "r" }, "In flight"), el("th", { class: "r" }, "Stream length"),
