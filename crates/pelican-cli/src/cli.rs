@@ -148,7 +148,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// A live web dashboard of every queue under the key prefix: numbers and charts,
     /// consumers, dead letters (requeue, purge), request lookup. Prints its address (with
-    /// a login link that carries the token for the buttons) and serves until Ctrl-C.
+    /// a login link that carries the token for the buttons) and serves until Ctrl-C. On a
+    /// Redis Cluster (redis+cluster://) it finds the queues on every master and breaks
+    /// each queue's numbers down by partition.
     Dashboard(DashboardArgs),
     /// Nitro's wire format (Arbitrum's Redis-streams pubsub): serve a stream Nitro's
     /// producers write (`worker`), send a request as they do (`call`), look at a stream

@@ -92,13 +92,14 @@ struct ConsumerView<'a> {
     held: Vec<Held>,
 }
 
-/// `GET /api/queues/{queue}`: numbers, history, partitions, consumers with what each holds.
+/// `GET /api/queues/{queue}`: numbers, history, partitions (each one's figures, and on a
+/// cluster the master serving it), consumers with what each holds.
 pub async fn queue(
     State(app): State<Arc<App>>,
     Path(name): Path<String>,
 ) -> ApiResult<serde_json::Value> {
     app.known(&name).await?;
-    let (now, history, parts, error) = {
+    let (now, history, parts, error, sampled_at_ms) = {
         let b = app.board.read().expect("board lock");
         let q = b.queues.get(&name);
         (
@@ -106,6 +107,7 @@ pub async fn queue(
             q.map(|q| q.history.iter().cloned().collect::<Vec<_>>()),
             q.map(|q| q.parts.clone()),
             b.error.clone(),
+            b.sampled_at_ms,
         )
     };
     let Some(now) = now else {
@@ -134,6 +136,7 @@ pub async fn queue(
         "partitions": parts,
         "consumers": consumers,
         "error": error,
+        "sampled_at_ms": sampled_at_ms,
     })))
 }
 

@@ -2,14 +2,11 @@
 //! requests) or `<prefix>:{<tag>}:dead` (dead letters). A tag `Q#p` is partition `p`
 //! of queue `Q`: the queue is listed once, with its tags.
 
-use redis::aio::ConnectionManager;
+use super::link::Link;
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The queues found: name -> the key tags of its partitions (`Q` alone when it has none).
 pub type Found = BTreeMap<String, BTreeSet<String>>;
-
-/// Keys looked at per SCAN call.
-const SCAN_COUNT: u64 = 1000;
 
 /// The queue and key tag of a key, if it is a queue's request or dead-letter stream.
 pub fn queue_of_key<'k>(prefix: &str, key: &'k str) -> Option<(&'k str, &'k str)> {
@@ -23,36 +20,21 @@ pub fn queue_of_key<'k>(prefix: &str, key: &'k str) -> Option<(&'k str, &'k str)
     (!queue.is_empty()).then_some((queue, tag))
 }
 
-/// Scans Redis for the prefix's streams (SCAN with a pattern and `TYPE stream`: reads the
-/// whole key space in steps, so it runs every few seconds, not every sample).
-pub async fn discover(conn: &mut ConnectionManager, prefix: &str) -> redis::RedisResult<Found> {
+/// Scans Redis for the prefix's streams (SCAN with a pattern and `TYPE stream`, on every
+/// master of a cluster: reads the whole key space in steps, so it runs every few seconds,
+/// not every sample).
+pub async fn discover(conn: &mut Link, prefix: &str) -> redis::RedisResult<Found> {
     let mut found = Found::new();
-    let mut cursor: u64 = 0;
     let pattern = format!("{prefix}:{{*}}:*");
-    loop {
-        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-            .arg(cursor)
-            .arg("MATCH")
-            .arg(&pattern)
-            .arg("COUNT")
-            .arg(SCAN_COUNT)
-            .arg("TYPE")
-            .arg("stream")
-            .query_async(conn)
-            .await?;
-        for key in &keys {
-            if let Some((queue, tag)) = queue_of_key(prefix, key) {
-                found
-                    .entry(queue.to_string())
-                    .or_default()
-                    .insert(tag.to_string());
-            }
+    for key in conn.scan_streams(&pattern).await? {
+        if let Some((queue, tag)) = queue_of_key(prefix, &key) {
+            found
+                .entry(queue.to_string())
+                .or_default()
+                .insert(tag.to_string());
         }
-        if next == 0 {
-            return Ok(found);
-        }
-        cursor = next;
     }
+    Ok(found)
 }
 
 #[cfg(test)]

@@ -6,13 +6,15 @@
 //! - `server`: routes, the page and assets (embedded: `assets/`), the login link, the
 //!   checks of every request (the rules themselves, token, sessions, Host and origin, and
 //!   the error answers are shared with the gateway: `crate::http`); `api`: the JSON API.
-//! - `reply`: reading Redis replies.
+//! - `reply`: reading Redis replies; `link`: the connection (one node, or a cluster
+//!   through the library's `Deployment`).
 //!
 //! The page reads `/api/queues` (overview) or `/api/queues/{queue}` (one queue) every
 //! second or two and draws the numbers and the charts (inline SVG) itself.
 
 mod api;
 mod discover;
+mod link;
 mod reply;
 mod sampler;
 mod server;
@@ -20,6 +22,7 @@ mod server;
 use crate::cli::{DashboardArgs, Global};
 use crate::exit::{CliError, CliResult};
 use crate::http::{policy, Policy};
+use link::Link;
 use pelican::Admin;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use sampler::SharedBoard;
@@ -38,7 +41,7 @@ const REQUEUE_TIMEOUT: Duration = pelican::admin::DEFAULT_REQUEUE_TIMEOUT;
 /// What the handlers share.
 pub struct App {
     board: SharedBoard,
-    conn: ConnectionManager,
+    conn: Link,
     policy: Policy,
     read_only: bool,
     prefix: String,
@@ -71,18 +74,12 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
     queue
         .validate()
         .map_err(|e| CliError::usage(format!("--prefix {:?}: {}", a.prefix, e.message())))?;
-    if queue.url.contains("+cluster://") {
-        return Err(CliError::usage(
-            "the dashboard does not watch Redis Cluster deployments yet; point --redis at \
-             one node's redis:// URL to see the queues whose slots it serves",
-        ));
-    }
     let token = match &a.token {
         Some(t) => t.clone(),
         None => policy::random_hex()
             .map_err(|e| CliError::failure(format!("cannot make a random token: {e}")))?,
     };
-    let conn = connect(g).await?;
+    let conn = connect(g, &queue).await?;
     let listener = tokio::net::TcpListener::bind(a.listen).await.map_err(|e| {
         CliError::failure(format!(
             "cannot listen on {}: {e}; choose another address with --listen",
@@ -144,9 +141,18 @@ pub async fn run(g: &Global, a: &DashboardArgs) -> CliResult {
 }
 
 /// A connection that reconnects by itself: the dashboard keeps running while Redis is
-/// down and says so on the page. Lazy: it starts even when Redis does not answer yet.
-async fn connect(g: &Global) -> CliResult<ConnectionManager> {
+/// down and says so on the page. On one node it is lazy: the dashboard starts even when
+/// Redis does not answer yet. A cluster must answer at start (its connection learns the
+/// nodes then), and is followed through failovers and reshardings after.
+async fn connect(g: &Global, queue: &pelican::QueueConfig) -> CliResult<Link> {
     let url = g.redis.as_str();
+    if url.contains("+cluster://") {
+        let ca = queue.tls_root_ca_pem.as_deref();
+        return pelican::admin::Deployment::connect(url, ca, REDIS_TIMEOUT)
+            .await
+            .map(Link::Cluster)
+            .map_err(|e| g.error(&e));
+    }
     let client = match &g.tls_ca {
         Some(path) => {
             let pem = std::fs::read(path).map_err(|e| {
@@ -170,12 +176,14 @@ async fn connect(g: &Global) -> CliResult<ConnectionManager> {
         .set_connection_timeout(Some(REDIS_TIMEOUT))
         .set_response_timeout(Some(REDIS_TIMEOUT))
         .set_max_delay(Duration::from_secs(2));
-    ConnectionManager::new_lazy_with_config(client, cfg).map_err(|e| {
-        CliError::failure(format!(
-            "cannot set up a connection to {}: {e}",
-            g.redis.redacted()
-        ))
-    })
+    ConnectionManager::new_lazy_with_config(client, cfg)
+        .map(Link::Node)
+        .map_err(|e| {
+            CliError::failure(format!(
+                "cannot set up a connection to {}: {e}",
+                g.redis.redacted()
+            ))
+        })
 }
 
 fn signal_error(e: std::io::Error) -> CliError {

@@ -2,7 +2,8 @@
 //!
 //! Per partition (key tag) one pipeline of O(1) commands: `XLEN` of the dead letters,
 //! `XINFO STREAM` (length, entries added, first entry id), `XINFO GROUPS` (lag),
-//! `XPENDING` summary (in flight, oldest in-flight entry), `XINFO CONSUMERS`; then, when
+//! `XPENDING` summary (in flight, oldest in-flight entry), `XINFO CONSUMERS`, `TIME` (the
+//! node's clock: on a cluster each master stamps its own entry ids); then, when
 //! requests are queued, `XRANGE` of the first one after the group's last delivered
 //! entry. No key scans (those are what makes `pelican stats` slow on a busy queue); the
 //! queue list is refreshed by a SCAN every [`DISCOVER_EVERY`] samples.
@@ -19,9 +20,9 @@
 //! clock skew between this host and Redis does not matter.
 
 use super::discover::{self, Found};
+use super::link::Link;
 use super::reply;
 use pelican::admin::Keys;
-use redis::aio::ConnectionManager;
 use redis::{RedisResult, Value};
 use serde::Serialize;
 use std::collections::{BTreeMap, VecDeque};
@@ -54,6 +55,9 @@ pub struct ConsumerNow {
 pub struct PartitionNow {
     /// The key tag (`Q`, or `Q#p` for partition p).
     pub tag: String,
+    /// On a cluster, the master (`host:port`) that served the partition's slot when the
+    /// queues were last looked for; `None` on one node.
+    pub node: Option<String>,
     /// Entries in the request stream.
     pub length: u64,
     /// Entries ever added to the stream.
@@ -70,6 +74,12 @@ pub struct PartitionNow {
     pub dead_letters: u64,
     /// The group's consumers.
     pub consumers: Vec<ConsumerNow>,
+    /// Redis's clock (`TIME`, ms) on the partition's node when it was sampled: ages and
+    /// rates are read against the clock of the node that stamped the entry ids (on a
+    /// cluster, each master has its own).
+    pub clock_ms: Option<u64>,
+    /// Age of the oldest request queued or in flight, ms.
+    pub oldest_request_ms: Option<u64>,
 }
 
 /// A queue now: its partitions added up.
@@ -125,7 +135,8 @@ pub struct QueueState {
     pub parts: Vec<PartitionNow>,
     /// Oldest first, at most [`HISTORY`] points.
     pub history: VecDeque<Point>,
-    /// (Redis time, entries added, stream length) per partition at the last sample.
+    /// (its node's Redis time, entries added, stream length) per partition at the last
+    /// sample.
     prev: BTreeMap<String, (u64, u64, u64)>,
 }
 
@@ -149,19 +160,23 @@ pub struct Board {
 pub type SharedBoard = Arc<RwLock<Board>>;
 
 /// Samples forever (the task is aborted with the dashboard).
-pub async fn run(mut conn: ConnectionManager, prefix: String, board: SharedBoard) {
+pub async fn run(mut conn: Link, prefix: String, board: SharedBoard) {
     let mut tick = tokio::time::interval(INTERVAL);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut found: Option<Found> = None;
+    let mut nodes = Nodes::new();
     let mut n: u64 = 0;
     loop {
         tick.tick().await;
         let again = std::mem::take(&mut board.write().expect("board lock").rediscover);
         let result = async {
             if again || found.is_none() || n.is_multiple_of(DISCOVER_EVERY) {
-                found = Some(discover::discover(&mut conn, &prefix).await?);
+                let f = discover::discover(&mut conn, &prefix).await?;
+                nodes = nodes_of(&conn, &prefix, &f).await?;
+                found = Some(f);
             }
-            sample_all(&mut conn, &prefix, found.as_ref().expect("discovered")).await
+            let found = found.as_ref().expect("discovered");
+            sample_all(&mut conn, &prefix, found, &nodes).await
         }
         .await;
         n += 1;
@@ -187,7 +202,7 @@ pub async fn run(mut conn: ConnectionManager, prefix: String, board: SharedBoard
 /// Looks for queues now (a page asked for one not seen yet), and has the sampler pick
 /// up the new list at its next sample.
 pub async fn discover_now(
-    conn: &mut ConnectionManager,
+    conn: &mut Link,
     prefix: &str,
     board: &SharedBoard,
 ) -> RedisResult<Found> {
@@ -197,11 +212,33 @@ pub async fn discover_now(
 }
 
 type Sampled = BTreeMap<String, Vec<PartitionNow>>;
+/// On a cluster: key tag -> the master serving its slot.
+type Nodes = BTreeMap<String, String>;
+
+/// Which master serves each partition found (one `CLUSTER SLOTS`; nothing on one node).
+async fn nodes_of(conn: &Link, prefix: &str, found: &Found) -> RedisResult<Nodes> {
+    let Link::Cluster(d) = conn else {
+        return Ok(Nodes::new());
+    };
+    let tags: Vec<&String> = found.values().flatten().collect();
+    let streams: Vec<String> = tags
+        .iter()
+        .map(|t| Keys::new(prefix, t).stream().to_string())
+        .collect();
+    let keys: Vec<&str> = streams.iter().map(String::as_str).collect();
+    let masters = d.masters_of(&keys).await?;
+    Ok(tags
+        .into_iter()
+        .zip(masters)
+        .filter_map(|(t, m)| Some((t.clone(), m?)))
+        .collect())
+}
 
 async fn sample_all(
-    conn: &mut ConnectionManager,
+    conn: &mut Link,
     prefix: &str,
     found: &Found,
+    nodes: &Nodes,
 ) -> RedisResult<(u64, Sampled)> {
     let (secs, micros): (u64, u64) = redis::cmd("TIME").query_async(conn).await?;
     let now = secs * 1000 + micros / 1000;
@@ -209,18 +246,16 @@ async fn sample_all(
     for (queue, tags) in found {
         let mut parts = Vec::with_capacity(tags.len());
         for tag in tags {
-            parts.push(sample_partition(conn, prefix, tag).await?);
+            let mut p = sample_partition(conn, prefix, tag).await?;
+            p.node = nodes.get(tag).cloned();
+            parts.push(p);
         }
         out.insert(queue.clone(), parts);
     }
     Ok((now, out))
 }
 
-async fn sample_partition(
-    conn: &mut ConnectionManager,
-    prefix: &str,
-    tag: &str,
-) -> RedisResult<PartitionNow> {
+async fn sample_partition(conn: &mut Link, prefix: &str, tag: &str) -> RedisResult<PartitionNow> {
     let keys = Keys::new(prefix, tag);
     let replies: Vec<Value> = redis::pipe()
         .ignore_errors()
@@ -239,6 +274,7 @@ async fn sample_partition(
         .arg("CONSUMERS")
         .arg(keys.stream())
         .arg(keys.group())
+        .cmd("TIME")
         .query_async(conn)
         .await?;
     // A missing stream or group answers with an error: that part is simply empty. A
@@ -248,9 +284,14 @@ async fn sample_partition(
             .get(i)
             .filter(|v| !matches!(v, Value::ServerError(_)))
     };
+    let time = ok(5).map(reply::array).unwrap_or_default();
+    let time_part = |i: usize| -> Option<u64> { reply::string(time.get(i)?)?.parse().ok() };
     let mut p = PartitionNow {
         tag: tag.to_string(),
         dead_letters: ok(0).and_then(reply::int).unwrap_or(0).max(0) as u64,
+        clock_ms: time_part(0)
+            .zip(time_part(1))
+            .map(|(s, us)| s * 1000 + us / 1000),
         ..PartitionNow::default()
     };
     if let Some(info) = ok(1) {
@@ -333,7 +374,7 @@ async fn sample_partition(
 /// Folds one sample into the board: new numbers, rates from the deltas, a history point.
 fn apply(b: &mut Board, t: u64, sampled: Sampled) {
     b.queues.retain(|name, _| sampled.contains_key(name));
-    for (name, parts) in sampled {
+    for (name, mut parts) in sampled {
         let q = b.queues.entry(name.clone()).or_default();
         let mut now = QueueNow {
             name: name.clone(),
@@ -342,17 +383,20 @@ fn apply(b: &mut Board, t: u64, sampled: Sampled) {
         };
         let mut consumers = std::collections::BTreeSet::new();
         let (mut submitted, mut finished) = (0.0, 0.0);
-        for p in &parts {
+        for p in &mut parts {
+            // The partition's node's clock; the sample's when it gave none.
+            let clock = p.clock_ms.unwrap_or(t);
+            let age = |at: Option<u64>| at.map(|at| clock.saturating_sub(at));
+            p.oldest_request_ms = age(p.oldest_entry_at_ms);
             now.queued += p.queued;
             now.in_flight += p.in_flight;
             now.dead_letters += p.dead_letters;
             now.entries_added += p.entries_added;
             consumers.extend(p.consumers.iter().map(|c| c.name.as_str()));
-            let age = |at: Option<u64>| at.map(|at| t.saturating_sub(at));
             now.oldest_in_flight_ms = now.oldest_in_flight_ms.max(age(p.oldest_in_flight_at_ms));
-            now.oldest_request_ms = now.oldest_request_ms.max(age(p.oldest_entry_at_ms));
+            now.oldest_request_ms = now.oldest_request_ms.max(p.oldest_request_ms);
             if let Some(&(t0, added0, len0)) = q.prev.get(&p.tag) {
-                let dt = t.saturating_sub(t0) as f64 / 1000.0;
+                let dt = clock.saturating_sub(t0) as f64 / 1000.0;
                 // A counter that went back: the stream was deleted and made again.
                 if dt > 0.0 && p.entries_added >= added0 {
                     let added = (p.entries_added - added0) as f64;
@@ -361,7 +405,8 @@ fn apply(b: &mut Board, t: u64, sampled: Sampled) {
                     finished += (added - grown).max(0.0) / dt;
                 }
             }
-            q.prev.insert(p.tag.clone(), (t, p.entries_added, p.length));
+            q.prev
+                .insert(p.tag.clone(), (clock, p.entries_added, p.length));
         }
         now.consumers = consumers.len() as u64;
         now.submitted_per_s = submitted;

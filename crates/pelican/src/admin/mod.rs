@@ -3,7 +3,8 @@
 //!
 //! - [`Admin`] (also at the crate root): stats ([`Admin::stats`]), one request's state
 //!   ([`Admin::inspect`]), dead letters ([`Admin::dead_letters`], [`Admin::requeue`]),
-//!   janitor, destroy.
+//!   janitor, destroy; a connection to a whole deployment, one node or a cluster
+//!   ([`Deployment`]).
 //! - What pelican writes to Redis, for tools that read it directly (a dashboard, tests,
 //!   `redis-cli` scripts): a queue's key names ([`Keys`], from
 //!   [`QueueConfig::keys`](crate::QueueConfig::keys)) and a request entry's `head` field
@@ -12,6 +13,7 @@
 //! - [`redacted_url`]: a Redis URL fit for a log line (the password replaced).
 
 mod dead;
+mod deployment;
 mod inspect;
 mod stats;
 
@@ -20,6 +22,7 @@ pub use crate::protocol::head::{EntryHead, HEAD_FIELD};
 pub use crate::protocol::keys::Keys;
 pub use crate::shared::JanitorReport;
 pub use dead::DeadLetter;
+pub use deployment::Deployment;
 pub use inspect::{RequestInfo, RequestState};
 pub use stats::{ConsumerStats, InFlight, Stats};
 

@@ -204,6 +204,34 @@ pub(crate) fn master_of(slots_reply: &Value, slot: u16) -> Option<String> {
     None
 }
 
+/// The `host:port` of every master, from a `CLUSTER SLOTS` reply (each once, in the
+/// order of their first slot range).
+pub(crate) fn masters(slots_reply: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let Value::Array(ranges) = slots_reply else {
+        return out;
+    };
+    for r in ranges {
+        let Value::Array(parts) = r else { continue };
+        let Some(Value::Array(master)) = parts.get(2) else {
+            continue;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(b)) => String::from_utf8_lossy(b).into_owned(),
+            Some(Value::SimpleString(s)) => s.clone(),
+            _ => continue,
+        };
+        let Some(port) = master.get(1).and_then(as_int) else {
+            continue;
+        };
+        let node = format!("{host}:{port}");
+        if !out.contains(&node) {
+            out.push(node);
+        }
+    }
+    out
+}
+
 fn as_int(v: &Value) -> Option<i64> {
     match v {
         Value::Int(i) => Some(*i),
@@ -252,6 +280,44 @@ mod tests {
         assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
         assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
         assert_eq!(slot(b"foo{bar}{zap}"), slot(b"bar"));
+    }
+
+    #[test]
+    fn masters_and_the_master_of_a_slot_from_cluster_slots() {
+        let node = |host: &str, port: i64| {
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let range = |lo: i64, hi: i64, nodes: Vec<Value>| {
+            let mut r = vec![Value::Int(lo), Value::Int(hi)];
+            r.extend(nodes);
+            Value::Array(r)
+        };
+        // Two ranges of one master, each master with a replica.
+        let reply = Value::Array(vec![
+            range(
+                0,
+                5000,
+                vec![node("10.0.0.1", 7000), node("10.0.0.4", 7003)],
+            ),
+            range(
+                5001,
+                10000,
+                vec![node("10.0.0.2", 7001), node("10.0.0.5", 7004)],
+            ),
+            range(10001, 12000, vec![node("10.0.0.1", 7000)]),
+            range(12001, 16383, vec![node("10.0.0.3", 7002)]),
+        ]);
+        assert_eq!(
+            masters(&reply),
+            ["10.0.0.1:7000", "10.0.0.2:7001", "10.0.0.3:7002"]
+        );
+        assert_eq!(master_of(&reply, 11000).as_deref(), Some("10.0.0.1:7000"));
+        assert_eq!(master_of(&reply, 5001).as_deref(), Some("10.0.0.2:7001"));
+        assert!(masters(&Value::Nil).is_empty());
     }
 
     #[test]

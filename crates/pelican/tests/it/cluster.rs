@@ -26,7 +26,9 @@ async fn a_queue_on_a_cluster_round_trips() {
         let r = p.call(&Req::new(i, "c")).await.unwrap();
         assert_eq!((r.i, r.by.as_str()), (i, "w"));
     }
-    // Dedup holds on the cluster as on one node.
+    // A request already answered is served from the cache on the cluster as on one
+    // node (joining one still in work, across a failover:
+    // `failover::identical_requests_join_the_one_in_work_across_a_failover`).
     let seven = Req::new(7, "c");
     let (a, b) = tokio::join!(p.call(&seven), p.call(&seven));
     assert_eq!(a.unwrap(), b.unwrap());

@@ -282,3 +282,140 @@ async fn lost_in_a_failover(dedup: bool) {
     w.stop().await;
     p.shutdown().await.unwrap();
 }
+
+/// Identical requests join the one in work across a failover: on a queue of 6 partitions
+/// over 3 masters (each with a replica), a request is in work (its handler held by a
+/// gate) while two more producers submit it again (joined, not queued); the master of its
+/// partition is SIGKILLed and its replica takes over; a fourth producer submits it on
+/// the new master (joined again: the index, with its waiters, came over); then the gate
+/// opens. One handler run, one stream entry, the same answer for all four callers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn identical_requests_join_the_one_in_work_across_a_failover() {
+    let mut cluster = replicated_cluster();
+    let q = QueueConfig::new(cluster.cluster_url(), pelican_testkit::unique_name("join"))
+        .with_janitor_interval(Duration::from_millis(200))
+        .with_partitions(PARTITIONS);
+    // A lease far longer than the failover: the delivery stays with the consumer that
+    // holds it (a reclaim after a lost lease would be a second run by design).
+    let cfg = fast_consumer().with_claim_idle(Duration::from_secs(30));
+    let (runs, gate) = (Runs::default(), Gate::default());
+    let mut workers = Vec::new();
+    for _ in 0..2 {
+        let (runs, gate) = (runs.clone(), gate.clone());
+        workers.push(
+            Worker::spawn(&q, cfg.clone(), 4, move |r: Req, job: pelican::Job| {
+                let (runs, gate) = (runs.clone(), gate.clone());
+                let rid = job.request_id().to_string();
+                async move {
+                    runs.hit(&rid);
+                    gate.wait().await;
+                    Ok(Resp {
+                        i: r.i,
+                        by: format!("solved {rid}"),
+                    })
+                }
+            })
+            .await,
+        );
+    }
+    let mut producers = Vec::new();
+    for _ in 0..4 {
+        producers.push(
+            Producer::<Req, Resp>::connect(q.clone(), producer_config(true))
+                .await
+                .unwrap(),
+        );
+    }
+    let req = Req::new(42, "the same work");
+    let first = producers[0].submit(&req).await.unwrap();
+    assert_eq!(first.submitted(), pelican::Submitted::Queued);
+    let rid = first.request_id().to_string();
+    let keys = q.partition_keys(q.partition_of(&rid));
+    let stream = keys.stream().to_string();
+    let r2 = runs.clone();
+    pelican_testkit::eventually(Duration::from_secs(20), "the handler at work", || {
+        let r = r2.clone();
+        let rid = rid.clone();
+        async move { r.get(&rid) == 1 }
+    })
+    .await;
+    // Two producers submit it while it is in work: they join it.
+    let mut tickets = vec![first];
+    for p in &producers[1..3] {
+        let t = p.submit(&req).await.unwrap();
+        assert_eq!(t.submitted(), pelican::Submitted::Joined);
+        assert_eq!(t.request_id(), rid);
+        tickets.push(t);
+    }
+    // What the master acknowledged has reached its replica (replication is asynchronous:
+    // a join it lost would be submitted again by the sweep, which is another test).
+    let master = cluster.master_of(&stream);
+    let replica = cluster.replicas_of(master)[0];
+    let offset = |node: usize, field: &str| -> u64 {
+        let info = cluster.nodes()[node].cli(&["INFO", "replication"]);
+        info.lines()
+            .find_map(|l| l.trim().strip_prefix(&format!("{field}:"))?.parse().ok())
+            .unwrap_or_else(|| panic!("no {field} in {info}"))
+    };
+    let written = offset(master, "master_repl_offset");
+    pelican_testkit::eventually_sync(Duration::from_secs(10), "the replica in sync", || {
+        offset(replica, "slave_repl_offset") >= written
+    });
+    let victim = stream.clone();
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.kill_master_of(&victim);
+        cluster
+    })
+    .await
+    .expect("failover");
+    assert_ne!(cluster.master_of(&stream), master, "the replica took over");
+    // On the new master: still in work, so a fourth producer joins it too.
+    let t = producers[3].submit(&req).await.unwrap();
+    assert_eq!(
+        t.submitted(),
+        pelican::Submitted::Joined,
+        "after the failover"
+    );
+    tickets.push(t);
+    assert_eq!(runs.get(&rid), 1, "not run again while in work");
+    gate.open();
+    let mut answers = Vec::new();
+    for t in tickets {
+        answers.push(
+            within(Duration::from_secs(60), "every caller's answer", t)
+                .await
+                .expect("answered"),
+        );
+    }
+    for a in &answers {
+        assert_eq!((a.i, a.by.as_str()), (42, format!("solved {rid}").as_str()));
+    }
+    assert_eq!(runs.total(), 1, "one handler run: {:?}", runs.snapshot());
+    let mut probe = redis::cluster::ClusterClient::new(
+        cluster
+            .nodes()
+            .iter()
+            .filter(|n| n.is_running())
+            .map(|n| n.url())
+            .collect::<Vec<_>>(),
+    )
+    .unwrap()
+    .get_async_connection()
+    .await
+    .unwrap();
+    let info: redis::Value = redis::cmd("XINFO")
+        .arg("STREAM")
+        .arg(&stream)
+        .query_async(&mut probe)
+        .await
+        .unwrap();
+    let added = pelican_testkit::info_int(&info, "entries-added");
+    assert_eq!(added, Some(1), "one stream entry for the four submissions");
+    for w in workers {
+        w.stop().await;
+    }
+    for p in producers {
+        p.shutdown().await.unwrap();
+    }
+    drop(cluster);
+}

@@ -245,6 +245,10 @@
     const sub = el("span", { class: "sub" });
     const liveCard = el("section", { class: "card", id: "live" }, el("div", { class: "empty" }, "Loading…"));
     const consumersBody = el("div", { class: "body", id: "consumers" });
+    const partsBody = el("div", { id: "partitions" });
+    const partsCard = el("section", { class: "card", id: "partitions-card", hidden: true },
+      el("div", { class: "head" }, el("h2", {}, "Partitions"), el("span", { class: "hint" }, "each partition's figures; the numbers above add them up")),
+      partsBody);
     const deadBody = el("div", { id: "dead" });
     const deadCount = el("span", { class: "badge", id: "dead-count" });
     const canMutate = INFO.can_mutate && !INFO.read_only;
@@ -265,6 +269,7 @@
       el("div", { class: "page-head" }, el("h1", {}, name), sub),
       banner,
       liveCard,
+      partsCard,
       el("div", { class: "grid2" },
         el("section", { class: "card" }, el("div", { class: "head" }, el("h2", {}, "Consumers")), consumersBody),
         el("section", { class: "card" },
@@ -321,6 +326,8 @@
         liveCard.replaceChildren(l.node);
         l.draw();
         drawConsumers(d, consumersBody);
+        partsCard.hidden = d.partitions.length <= 1;
+        if (!partsCard.hidden) drawPartitions(d, partsBody);
       } catch (e) {
         if (e.status === undefined) status("down", "dashboard unreachable");
         banner.replaceChildren(el("div", { class: "banner" }, e.message));
@@ -349,6 +356,29 @@
         : el("span", { class: "muted" }, "idle"))));
     body.replaceChildren(el("table", {},
       el("thead", {}, el("tr", {}, el("th", {}, "Consumer"), el("th", { class: "r" }, "Holds"), el("th", { class: "r" }, "Idle"), el("th", {}, "Working on"))),
+      el("tbody", {}, rows)));
+  }
+
+  // One row per partition: where it lives (on a cluster, the master serving its slot),
+  // what waits, what is in work, who reads it.
+  function drawPartitions(d, body) {
+    const withNodes = d.partitions.some((p) => p.node);
+    const cell = (col, text, cls) => el("td", { class: "r" + (cls ? " " + cls : ""), "data-col": col }, text);
+    const rows = d.partitions.map((p) => el("tr", { "data-partition": p.tag },
+      el("td", {}, el("span", { class: "mono" }, p.tag)),
+      withNodes ? el("td", { "data-col": "node" }, el("span", { class: "mono" }, p.node || "–")) : null,
+      cell("queued", int(p.queued)),
+      cell("in_flight", int(p.in_flight)),
+      cell("length", int(p.length)),
+      cell("consumers", int(p.consumers.length)),
+      cell("dead_letters", int(p.dead_letters), p.dead_letters > 0 ? "bad" : null),
+      cell("submitted", int(p.entries_added)),
+      cell("oldest", dur(p.oldest_request_ms))));
+    body.replaceChildren(el("table", {},
+      el("thead", {}, el("tr", {}, el("th", {}, "Partition"), withNodes ? el("th", {}, "Node") : null,
+        el("th", { class: "r" }, "Queued"), el("th", { class: "r" }, "In flight"), el("th", { class: "r" }, "Stream length"),
+        el("th", { class: "r" }, "Consumers"), el("th", { class: "r" }, "Dead letters"), el("th", { class: "r" }, "Submitted"),
+        el("th", { class: "r" }, "Oldest request"))),
       el("tbody", {}, rows)));
   }
 

@@ -56,7 +56,11 @@ fn partitions_add_up_and_rates_come_from_deltas() {
 #[tokio::test]
 async fn the_oldest_request_is_not_a_finished_entry_waiting_for_the_trim() {
     let server = pelican_testkit::RedisServer::start();
-    let mut conn = ConnectionManager::new(server.client()).await.unwrap();
+    let mut conn = Link::Node(
+        redis::aio::ConnectionManager::new(server.client())
+            .await
+            .unwrap(),
+    );
     let keys = Keys::new("pelican", "q");
     let run = |args: &[&str]| {
         let mut c = redis::cmd(args[0]);
@@ -89,6 +93,7 @@ async fn the_oldest_request_is_not_a_finished_entry_waiting_for_the_trim() {
     }
     let p = sample_partition(&mut conn, "pelican", "q").await.unwrap();
     assert_eq!((p.length, p.in_flight, p.queued), (3, 1, 1));
+    assert!(p.clock_ms.is_some_and(|c| c > 1_700_000_000_000), "{p:?}");
     assert_eq!(p.oldest_in_flight_at_ms, Some(2000));
     assert_eq!(
         p.oldest_entry_at_ms,
@@ -109,6 +114,25 @@ async fn the_oldest_request_is_not_a_finished_entry_waiting_for_the_trim() {
         .unwrap();
     let p = sample_partition(&mut conn, "pelican", "q").await.unwrap();
     assert_eq!(p.oldest_entry_at_ms, Some(1000));
+}
+
+/// On a cluster each master stamps entry ids with its own clock: a partition's ages are
+/// read against its node's `TIME`, the sample's time only when it gave none.
+#[test]
+fn ages_are_read_against_each_partitions_own_clock() {
+    let mut b = Board::default();
+    let mut own = part("q#0", 1, 1, 0);
+    own.clock_ms = Some(5_000);
+    let none = part("q#1", 1, 1, 0);
+    apply(
+        &mut b,
+        10_000,
+        Sampled::from([("q".to_string(), vec![own, none])]),
+    );
+    let q = &b.queues["q"];
+    assert_eq!(q.parts[0].oldest_request_ms, Some(4_000));
+    assert_eq!(q.parts[1].oldest_request_ms, Some(9_000));
+    assert_eq!(q.now.oldest_request_ms, Some(9_000));
 }
 
 #[test]

@@ -1,9 +1,12 @@
 //! The dashboard's JSON API and its rules, over HTTP, against a real Redis.
 
 use super::http::{get, request};
-use super::{bury, xlen, Dashboard, DEADLINE};
+use super::{bury, xlen, ClusterQueue, Dashboard, DEADLINE};
 use crate::support::Env;
+use pelican::{Producer, ProducerConfig};
 use pelican_testkit::eventually_sync;
+use serde_json::{json, Value};
+use std::time::Duration;
 
 fn keys(env: &Env, queue: &str) -> pelican::admin::Keys {
     pelican::QueueConfig::new(env.server.url(), queue).keys()
@@ -302,6 +305,21 @@ fn refuses_a_public_address_without_a_token() {
     assert!(out.stderr.contains("at least 16"), "{out:?}");
     let out = env.run(&["dashboard", "--prefix", "bad{prefix"]);
     assert_eq!(out.code, 2, "{out:?}");
+    // A cluster must answer at start (its connection learns the nodes then): a failure
+    // that names the seeds it tried.
+    let port = pelican_testkit::free_port();
+    let mut cmd = crate::support::pelican();
+    cmd.args([
+        "--redis",
+        &format!("redis+cluster://127.0.0.1:{port}"),
+        "dashboard",
+    ]);
+    let out = crate::support::run(cmd);
+    assert_eq!(out.code, 1, "{out:?}");
+    assert!(
+        out.stderr.contains(&format!("tried 127.0.0.1:{port}")),
+        "{out:?}"
+    );
 }
 
 /// Redis going away is shown, not fatal: the overview reports it, calls that need Redis
@@ -449,4 +467,184 @@ fn held_requests_show_their_ids_in_either_entry_layout() {
     });
     rids.sort();
     assert_eq!(rids, ["held-old", "held;new"]);
+}
+
+/// On a 3-master cluster: queues are found on every master; a queue of 3 partitions is
+/// summed over them, and its page gives each partition's figures (queued, in flight,
+/// consumers, dead letters, the master serving it); dead letters of every partition are
+/// listed, requeued and purged; a request in any partition is looked up.
+#[test]
+fn a_queue_on_a_cluster_is_summed_over_its_partitions() {
+    let cq = ClusterQueue::start("dash-cluster");
+    let name = cq.queue.name.clone();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let producer = rt
+        .block_on(Producer::<Value, Value>::connect(
+            cq.queue.clone(),
+            ProducerConfig::default().with_request_timeout(Duration::from_secs(120)),
+        ))
+        .unwrap();
+    // 2, 3 and 4 requests waiting in partitions 0, 1 and 2 (no worker yet).
+    let mut waiting = Vec::new();
+    for (p, n) in [(0u32, 2), (1, 3), (2, 4)] {
+        for i in 0..n {
+            let id = cq.id_in(p, &format!("wait-{p}-{i}"));
+            let t = rt
+                .block_on(producer.submit_with_id(&id, &json!({ "p": p, "i": i })))
+                .unwrap();
+            waiting.push(t.detach());
+        }
+    }
+    let a = cq.bury(2, "poison-a", r#"{"poison": "a"}"#);
+    let b = cq.bury(2, "poison-b", r#"{"poison": "b"}"#);
+    let c = cq.bury(1, "poison-c", r#"{"poison": "c"}"#);
+    // A queue of one partition on each master: discovery scans every one.
+    let mut conn = cq.conn();
+    let solos: Vec<String> = (0..3)
+        .map(|m| {
+            let solo = (0..)
+                .map(|i| format!("solo-{m}-{i}"))
+                .find(|n| {
+                    cq.cluster
+                        .master_of(pelican::admin::Keys::new("pelican", n).stream())
+                        == m
+                })
+                .unwrap();
+            let _: String = redis::cmd("XADD")
+                .arg(pelican::admin::Keys::new("pelican", &solo).stream())
+                .arg("*")
+                .arg("rid")
+                .arg("r")
+                .query(&mut conn)
+                .unwrap();
+            solo
+        })
+        .collect();
+
+    let d = cq.start_dashboard(&[]);
+    for solo in &solos {
+        d.wait_for_queue(solo);
+    }
+    let q = d.wait_for_queue(&name);
+    assert_eq!(q["queued"], 9, "summed over the partitions: {q}");
+    assert_eq!(q["dead_letters"], 3, "{q}");
+    assert_eq!(q["entries_added"], 9, "{q}");
+    assert_eq!(q["partitions"].as_array().map(Vec::len), Some(3), "{q}");
+
+    // The queue's page: each partition's own figures, and where it lives.
+    let part = |one: &Value, p: u32| -> Value {
+        let tag_stream = cq.queue.partition_keys(p).stream().to_string();
+        one["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| {
+                pelican::admin::Keys::new("pelican", x["tag"].as_str().unwrap()).stream()
+                    == tag_stream
+            })
+            .unwrap_or_else(|| panic!("no partition {p} in {one}"))
+            .clone()
+    };
+    let one = get(&d.addr, &format!("/api/queues/{name}")).json();
+    for (p, queued, dead) in [(0u32, 2, 0), (1, 3, 1), (2, 4, 2)] {
+        let x = part(&one, p);
+        assert_eq!(
+            (x["queued"].as_u64(), x["dead_letters"].as_u64()),
+            (Some(queued), Some(dead)),
+            "{x}"
+        );
+        assert_eq!(x["length"], queued, "{x}");
+        assert_eq!(x["in_flight"], 0, "{x}");
+        let master = cq.cluster.master_of(cq.queue.partition_keys(p).stream());
+        let port = cq.cluster.nodes()[master].port();
+        assert_eq!(x["node"], format!("127.0.0.1:{port}"), "{x}");
+    }
+
+    // A worker takes everything; it reads every partition: one consumer in each.
+    let worker = cq.spawn(&["worker", "--handler", "echo", "--name", "w-cluster"]);
+    eventually_sync(
+        DEADLINE,
+        "every request answered, one consumer per partition",
+        || {
+            let one = get(&d.addr, &format!("/api/queues/{name}")).json();
+            one["queue"]["queued"] == 0
+                && one["queue"]["in_flight"] == 0
+                && one["queue"]["consumers"] == 1
+                && (0..3).all(|p| part(&one, p)["consumers"].as_array().map(Vec::len) == Some(1))
+        },
+    );
+    let inspect = get(
+        &d.addr,
+        &format!("/api/queues/{name}/requests/{}", waiting[8]),
+    )
+    .json();
+    assert_eq!(inspect["state"], "ok", "{inspect}");
+
+    // Dead letters of every partition, each id with its partition.
+    let dead = get(&d.addr, &format!("/api/queues/{name}/dead")).json();
+    assert_eq!(dead["total"], 3, "{dead}");
+    let mut ids: Vec<&str> = dead["letters"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| l["id"].as_str().unwrap())
+        .collect();
+    ids.sort();
+    let mut want = vec![a.as_str(), b.as_str(), c.as_str()];
+    want.sort();
+    assert_eq!(ids, want);
+
+    let token = d.token.clone().unwrap();
+    let login = get(&d.addr, &format!("/login?token={token}"));
+    let cookie = login
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let own = format!("http://{}", d.addr);
+    let with = [("Origin", own.as_str()), ("Cookie", cookie.as_str())];
+    // (as the page sends it: the id's `/` encoded)
+    let path = format!("/api/queues/{name}/dead/{}/requeue", b.replace('/', "%2F"));
+    let r = request(&d.addr, "POST", &path, &with);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(r.json()["entry"].is_string(), "{r:?}");
+    assert_eq!(
+        cq.dead_letters(2),
+        1,
+        "the letter left partition 2's dead letters"
+    );
+    eventually_sync(DEADLINE, "the requeued letter answered", || {
+        let q = get(&d.addr, &format!("/api/queues/{name}")).json()["queue"].clone();
+        q["entries_added"] == 10 && q["queued"] == 0 && q["in_flight"] == 0
+    });
+    let r = request(
+        &d.addr,
+        "POST",
+        &format!("/api/queues/{name}/dead/purge"),
+        &with,
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    assert_eq!(r.json()["purged"], 2, "{r:?}");
+    assert_eq!((cq.dead_letters(1), cq.dead_letters(2)), (0, 0));
+    eventually_sync(DEADLINE, "no dead letters on the page", || {
+        get(&d.addr, &format!("/api/queues/{name}")).json()["queue"]["dead_letters"] == 0
+    });
+
+    worker.signal(libc::SIGTERM);
+    assert_eq!(worker.wait(Duration::from_secs(20)).code, 0);
+    rt.block_on(producer.shutdown()).unwrap();
+
+    // The whole cluster gone: shown on the page, not fatal.
+    let mut cq = cq;
+    for n in cq.cluster.nodes_mut() {
+        n.kill();
+    }
+    eventually_sync(DEADLINE, "the overview to report the cluster down", || {
+        get(&d.addr, "/api/queues").json()["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("cannot read Redis"))
+    });
+    assert_eq!(get(&d.addr, "/api/info").status, 200);
 }

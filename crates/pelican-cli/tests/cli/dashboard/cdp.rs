@@ -23,7 +23,9 @@ const WATCH: Duration = Duration::from_secs(1);
 /// Whether a DevTools error says the page's document was replaced under the call.
 fn navigated_away(e: &Value) -> bool {
     let m = e["message"].as_str().unwrap_or("");
-    m.contains("context was destroyed") || m.contains("Cannot find context")
+    m.contains("context was destroyed")
+        || m.contains("Cannot find context")
+        || m.contains("navigated or closed")
 }
 
 /// The browser binary: `$CHROMIUM`, else `chromium` or `chromium-browser` on PATH.
