@@ -60,6 +60,13 @@ pub async fn run(g: &Global, args: &BenchArgs) -> CliResult {
     if let Some(n) = g.settings.max_body_bytes {
         queue = queue.with_max_body_bytes(n as usize);
     }
+    if let Some(layout) = &g.settings.partition_layout {
+        queue = queue.with_partition_layout(
+            layout
+                .parse()
+                .map_err(|e: pelican::Error| CliError::usage(e.message().to_string()))?,
+        );
+    }
     if args.via_gateway && args.codec != BenchCodec::Json {
         return Err(CliError::usage(
             "--via-gateway sends JSON: leave --codec at json",
@@ -178,6 +185,9 @@ impl Bench<'_> {
         worker_args.extend((0..g.log).map(|_| "-v".to_string()));
         if let Some(n) = g.settings.partitions {
             worker_args.extend(["--partitions".into(), n.to_string()]);
+        }
+        if let Some(layout) = &g.settings.partition_layout {
+            worker_args.extend(["--partition-layout".into(), layout.clone()]);
         }
         worker_args.extend([
             "--max-body-bytes".into(),
@@ -385,6 +395,9 @@ impl Bench<'_> {
         args.extend((0..g.log).map(|_| "-v".to_string()));
         if let Some(n) = g.settings.partitions {
             args.extend(["--partitions".into(), n.to_string()]);
+        }
+        if let Some(layout) = &g.settings.partition_layout {
+            args.extend(["--partition-layout".into(), layout.clone()]);
         }
         args.extend([
             "--max-body-bytes".into(),

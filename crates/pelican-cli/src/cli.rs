@@ -118,6 +118,14 @@ pub struct QueueSettings {
     /// [default: 1].
     #[arg(long, global = true, env = "PELICAN_PARTITIONS", value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1024))]
     pub partitions: Option<u32>,
+    /// Where a queue of several partitions puts them in a Redis Cluster's slots: auto
+    /// (the layout the queue has recorded; spread for a new queue), spread (each
+    /// partition's hash tag chosen so the partitions spread evenly over the masters) or
+    /// legacy (tags `Q#p`, where they happen to hash: queues created by builds before
+    /// the spread layout). A process whose layout differs from the queue's is refused
+    /// [default: auto].
+    #[arg(long, global = true, env = "PELICAN_PARTITION_LAYOUT", value_name = "LAYOUT", value_parser = ["auto", "spread", "legacy"])]
+    pub partition_layout: Option<String>,
 }
 
 /// The subcommands.

@@ -37,6 +37,11 @@ impl Global {
         if let Some(n) = set.partitions {
             q = q.with_partitions(n);
         }
+        if let Some(layout) = &set.partition_layout {
+            q = q.with_partition_layout(layout.parse().map_err(|e: pelican::Error| {
+                CliError::usage(format!("--partition-layout: {}", e.message()))
+            })?);
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path).map_err(|e| {
                 CliError::usage(format!(

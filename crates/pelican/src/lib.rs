@@ -140,7 +140,7 @@ pub use bytes::Bytes;
 #[cfg(feature = "postcard")]
 pub use codec::Postcard;
 pub use codec::{Codec, CodecError, Json, Raw};
-pub use config::{ConsumerConfig, ProducerConfig, QueueConfig};
+pub use config::{ConsumerConfig, PartitionLayout, ProducerConfig, QueueConfig};
 pub use consumer::{Consumer, Stopper};
 pub use consumer::{Delivery, HandlerError, HandlerResultExt, Job, LeaseLost};
 pub use error::{Error, ErrorKind, Result};

@@ -3,6 +3,7 @@
 //! the janitor they all run.
 
 use crate::clock::{ms, now_ms};
+use crate::config::PartitionLayout;
 use crate::config::QueueConfig;
 use crate::conn::{Conn, Endpoint, OwnConn};
 use crate::error::{Error, Result};
@@ -74,24 +75,28 @@ pub(crate) struct Shared {
 
 impl Shared {
     /// Connects to the queue (one `Shared` per partition, one connection for all),
-    /// checks or records its number of partitions, and creates the streams and consumer
-    /// groups that are missing.
+    /// checks or records its number of partitions and their layout, and creates the
+    /// streams and consumer groups that are missing.
     pub(crate) async fn connect(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
-        let parts = Shared::connect_parts(queue).await?;
-        let mut conn = parts[0].conn();
-        let key = &parts[0].keys.partitions;
+        let (endpoint, mut conn) = Shared::open(queue).await?;
+        let key = Keys::new(&queue.prefix, &queue.name).partitions;
+        let value = queue
+            .partition_layout
+            .for_new_queue()
+            .record(queue.partitions);
         // Recorded by the first process of the queue; any later one must agree.
-        let (_, recorded): ((), Option<u32>) = redis::pipe()
+        let (_, recorded): ((), Option<String>) = redis::pipe()
             .cmd("SET")
-            .arg(key)
-            .arg(queue.partitions)
+            .arg(&key)
+            .arg(value)
             .arg("NX")
             .cmd("GET")
-            .arg(key)
+            .arg(&key)
             .query_async(&mut conn)
             .await
             .map_err(|e| Error::redis("recording the queue's number of partitions", e))?;
-        check_partitions(queue, recorded)?;
+        let queue = as_recorded(queue, recorded.as_deref())?;
+        let parts = Shared::parts(&queue, endpoint, conn).await;
         for part in &parts {
             part.ensure_group().await?;
         }
@@ -99,29 +104,35 @@ impl Shared {
     }
 
     /// Connects without creating anything in Redis (for operators' tools); still refuses
-    /// a number of partitions other than the queue's recorded one.
+    /// a number of partitions or a layout other than the queue's recorded one.
     pub(crate) async fn connect_only(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
-        let parts = Shared::connect_parts(queue).await?;
-        let recorded: Option<u32> = redis::cmd("GET")
-            .arg(&parts[0].keys.partitions)
-            .query_async(&mut parts[0].conn())
+        let (endpoint, mut conn) = Shared::open(queue).await?;
+        let recorded: Option<String> = redis::cmd("GET")
+            .arg(Keys::new(&queue.prefix, &queue.name).partitions)
+            .query_async(&mut conn)
             .await
             .map_err(|e| Error::redis("reading the queue's number of partitions", e))?;
-        check_partitions(queue, recorded)?;
-        Ok(parts)
+        let queue = as_recorded(queue, recorded.as_deref())?;
+        Ok(Shared::parts(&queue, endpoint, conn).await)
     }
 
-    async fn connect_parts(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
+    /// Validates the configuration and opens the connection every partition shares.
+    async fn open(queue: &QueueConfig) -> Result<(Endpoint, Conn)> {
         queue.validate()?;
         let ca = queue.tls_root_ca_pem.as_deref();
         let endpoint = Endpoint::of(&queue.url, ca, queue.command_timeout)?;
-        let mut conn = endpoint.connect(&queue.url, queue.command_timeout).await?;
+        let conn = endpoint.connect(&queue.url, queue.command_timeout).await?;
+        Ok((endpoint, conn))
+    }
+
+    /// One `Shared` per partition of `queue` (its layout resolved: `Spread` or `Legacy`).
+    async fn parts(queue: &QueueConfig, endpoint: Endpoint, mut conn: Conn) -> Vec<Arc<Shared>> {
         let metrics = Metrics::new(&queue.name);
         let nodes = node_indexes(&endpoint, &mut conn, queue).await;
         let gates: Vec<Arc<NodeGate>> = (0..=nodes.iter().copied().max().unwrap_or(0))
             .map(|n| NodeGate::new(nodes.iter().filter(|&&m| m == n).count()))
             .collect();
-        Ok((0..queue.partitions)
+        (0..queue.partitions)
             .map(|p| {
                 let keys = queue.partition_keys(p);
                 Arc::new(Shared {
@@ -135,7 +146,7 @@ impl Shared {
                     metrics: metrics.clone(),
                 })
             })
-            .collect())
+            .collect()
     }
 
     pub(crate) fn conn(&self) -> Conn {
@@ -262,18 +273,46 @@ async fn node_indexes(endpoint: &Endpoint, conn: &mut Conn, queue: &QueueConfig)
     out
 }
 
-/// Refuses a process whose number of partitions differs from the queue's.
-fn check_partitions(queue: &QueueConfig, recorded: Option<u32>) -> Result<()> {
-    match recorded {
-        Some(n) if n != queue.partitions => Err(Error::config(format!(
+/// `queue` with the layout the queue has recorded (`recorded`: the value of its record,
+/// `None` before one is written: the layout a new queue gets). Refuses a process whose
+/// number of partitions or layout differs from the queue's.
+fn as_recorded(queue: &QueueConfig, recorded: Option<&str>) -> Result<QueueConfig> {
+    let configured = queue.partition_layout;
+    let Some(value) = recorded else {
+        return Ok(queue
+            .clone()
+            .with_partition_layout(configured.for_new_queue()));
+    };
+    let Some((n, layout)) = PartitionLayout::parse_record(value) else {
+        return Err(Error::config(format!(
+            "queue {:?} records its partitions as {value:?} (key {}), which this build of \
+             pelican cannot read: a later build wrote it, or something other than pelican; \
+             use a build that reads it",
+            queue.name,
+            Keys::new(&queue.prefix, &queue.name).partitions
+        )));
+    };
+    if n != queue.partitions {
+        return Err(Error::config(format!(
             "queue {:?} has {n} partition(s), but this process is configured with {}: every \
              process of a queue must use the queue's number (--partitions / \
              PELICAN_PARTITIONS, QueueConfig::with_partitions); to change it, drain the \
              queue first (docs/PROTOCOL.md, \"Partitions\")",
             queue.name, queue.partitions
-        ))),
-        _ => Ok(()),
+        )));
     }
+    if n > 1 && configured != PartitionLayout::Auto && configured != layout {
+        return Err(Error::config(format!(
+            "queue {:?} has its {n} partitions in the {layout} layout, but this process is \
+             configured with the {configured} layout: every process of a queue must use the \
+             queue's layout; configure {layout} or auto (the queue's own) \
+             (--partition-layout / PELICAN_PARTITION_LAYOUT, \
+             QueueConfig::with_partition_layout); to change the layout, drain the queue \
+             first (docs/PROTOCOL.md, \"Partitions\")",
+            queue.name
+        )));
+    }
+    Ok(queue.clone().with_partition_layout(layout))
 }
 
 #[cfg(test)]

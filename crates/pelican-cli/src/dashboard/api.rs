@@ -390,7 +390,7 @@ impl App {
             .arg(Keys::new(&self.prefix, name).partitions())
             .query_async(&mut conn)
             .await?;
-        if let Some(n) = recorded.and_then(|v| v.trim().parse::<u32>().ok()) {
+        if let Some((n, _)) = recorded.and_then(|v| pelican::PartitionLayout::parse_record(&v)) {
             return Ok(n.max(1));
         }
         let b = self.board.read().expect("board lock");
@@ -400,7 +400,14 @@ impl App {
             .map_or(&[][..], |q| &q.now.partitions[..]);
         Ok(found
             .iter()
-            .filter_map(|tag| tag.split_once('#')?.1.parse::<u32>().ok())
+            .filter_map(|tag| {
+                tag.split_once('#')?
+                    .1
+                    .split('~')
+                    .next()?
+                    .parse::<u32>()
+                    .ok()
+            })
             .max()
             .map_or(1, |p| p + 1))
     }

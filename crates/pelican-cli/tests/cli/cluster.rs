@@ -1,5 +1,5 @@
 //! The command over `redis+cluster://` with a partitioned queue: worker and call,
-//! `stats --json` with its per-partition breakdown, a wrong partition count refused,
+//! `stats --json` with its per-partition breakdown, a wrong partition count or layout refused,
 //! `inspect` of a request in any partition, `dead list | requeue | purge` across
 //! partitions. (`pelican dashboard` on a cluster: `dashboard/api.rs`, `dashboard/browser.rs`.)
 
@@ -69,6 +69,21 @@ fn round_trip_and_stats_over_a_cluster() {
     let out = run(wrong);
     assert_eq!(out.code, 2, "{out:?}");
     assert!(out.stderr.contains("has 6 partition(s)"), "{out:?}");
+    // Another layout than the queue's (spread: it is new): refused alike, and the
+    // message names both layouts and the flag.
+    let out = run(env.cmd(&["--partition-layout", "legacy", "stats"]));
+    assert_eq!(out.code, 2, "{out:?}");
+    for says in [
+        "in the spread layout",
+        "with the legacy layout",
+        "--partition-layout",
+    ] {
+        assert!(out.stderr.contains(says), "{says:?} missing: {out:?}");
+    }
+    let out = run(env.cmd(&["--partition-layout", "spread", "stats"]));
+    assert_eq!(out.code, 0, "{out:?}");
+    let out = run(env.cmd(&["--partition-layout", "even", "stats"]));
+    assert_eq!(out.code, 2, "an unknown layout: {out:?}");
 
     // Dead-letter ids carry their partition; a bare stream id is a usage error here.
     let out = run(env.cmd(&["dead", "requeue", "1700000000000-0"]));

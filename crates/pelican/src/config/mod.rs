@@ -9,6 +9,7 @@ use std::time::Duration;
 mod consumer;
 mod producer;
 
+pub use crate::protocol::layout::PartitionLayout;
 pub use consumer::ConsumerConfig;
 pub use producer::ProducerConfig;
 
@@ -120,6 +121,14 @@ pub struct QueueConfig {
     /// request by its id, so dedup holds. Every process of a queue must use the same
     /// number: the queue records it, and a process configured otherwise is refused.
     pub partitions: u32,
+    /// Where the partitions of a queue of several live in a Redis Cluster's slot space
+    /// (their hash tags; see [`PartitionLayout`]). Default [`PartitionLayout::Auto`]:
+    /// the layout the queue has recorded, and for a new queue
+    /// [`PartitionLayout::Spread`], which spreads the partitions evenly over the
+    /// masters. A queue of several partitions created before the layout existed has the
+    /// legacy layout and keeps it. Set `Spread` or `Legacy` to insist on one: a process
+    /// whose layout differs from the queue's is refused. No effect with one partition.
+    pub partition_layout: PartitionLayout,
 }
 
 impl std::fmt::Debug for QueueConfig {
@@ -137,6 +146,7 @@ impl std::fmt::Debug for QueueConfig {
             .field("dead_maxlen", &self.dead_maxlen)
             .field("reply_maxlen", &self.reply_maxlen)
             .field("partitions", &self.partitions)
+            .field("partition_layout", &self.partition_layout)
             .field(
                 "tls_root_ca_pem",
                 &self
@@ -167,6 +177,7 @@ impl QueueConfig {
             reply_maxlen: DEFAULT_REPLY_MAXLEN,
             tls_root_ca_pem: None,
             partitions: 1,
+            partition_layout: PartitionLayout::Auto,
         }
     }
 
@@ -188,6 +199,13 @@ impl QueueConfig {
     #[must_use]
     pub fn with_partitions(mut self, partitions: u32) -> Self {
         self.partitions = partitions;
+        self
+    }
+
+    /// Sets the partition layout (see [`QueueConfig::partition_layout`]).
+    #[must_use]
+    pub fn with_partition_layout(mut self, layout: PartitionLayout) -> Self {
+        self.partition_layout = layout;
         self
     }
 
@@ -348,9 +366,17 @@ impl QueueConfig {
         self.partition_keys(0)
     }
 
-    /// The Redis keys of partition `partition`.
+    /// The Redis keys of partition `partition` in the configured layout
+    /// ([`PartitionLayout::Auto`]: the spread layout a new queue gets; the connected
+    /// producers, consumers and [`crate::Admin`] use the layout the queue has recorded).
     pub fn partition_keys(&self, partition: u32) -> crate::Keys {
-        crate::Keys::partition(&self.prefix, &self.name, partition, self.partitions)
+        crate::Keys::partition_in(
+            self.partition_layout,
+            &self.prefix,
+            &self.name,
+            partition,
+            self.partitions,
+        )
     }
 }
 

@@ -70,7 +70,12 @@ pub(crate) fn slot(key: &[u8]) -> u16 {
 
 /// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, no reflection.
 fn crc16(data: &[u8]) -> u16 {
-    let mut crc: u16 = 0;
+    crc16_update(0, data)
+}
+
+/// The CRC16 of `data` appended to bytes whose CRC16 was `crc` (so that many strings
+/// sharing a prefix cost only their suffixes).
+pub(crate) fn crc16_update(mut crc: u16, data: &[u8]) -> u16 {
     for &b in data {
         crc ^= u16::from(b) << 8;
         for _ in 0..8 {
@@ -274,6 +279,7 @@ mod tests {
     fn slots_follow_the_hash_tag() {
         // Values from Redis' cluster specification and `CLUSTER KEYSLOT`.
         assert_eq!(crc16(b"123456789"), 0x31C3);
+        assert_eq!(crc16_update(crc16(b"1234"), b"56789"), 0x31C3);
         assert_eq!(slot(b"foo"), 12182);
         assert_eq!(slot(b"{user1000}.following"), slot(b"{user1000}.followers"));
         assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));

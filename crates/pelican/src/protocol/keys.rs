@@ -1,8 +1,12 @@
 //! Every Redis key of a queue is built here, and only here. All keys of a partition
 //! carry one hash tag, so that every script touches one cluster slot: `{Q}` for a queue of
-//! one partition (the keys queues have always had), `{Q#p}` for partition `p` of a queue
-//! of several (`#` is outside the queue-name alphabet, so no other queue's tag can be
-//! `Q#p`). The record of a queue's partition count is `P:{Q}:partitions` in every case.
+//! one partition (the keys queues have always had); for partition `p` of a queue of
+//! several, `{Q#p~k}` in the spread layout and `{Q#p}` in the legacy one
+//! (`protocol/layout.rs`; `#` and `~` are outside the queue-name alphabet, so no other
+//! queue's tag can be one of these). The record of a queue's partitions is
+//! `P:{Q}:partitions` in every case.
+
+use super::layout::{spread_tag, PartitionLayout};
 
 /// The Redis keys of one queue, for operators and tests that look at Redis directly
 /// (`redis-cli`, a dashboard): get them with [`crate::QueueConfig::keys`].
@@ -32,13 +36,35 @@ impl Keys {
     }
 
     /// The keys of partition `partition` of queue `queue` when it has `partitions`
-    /// partitions (`partitions` = 1: the same as [`Keys::new`]).
+    /// partitions, in the spread layout (a new queue's; `partitions` = 1: the same as
+    /// [`Keys::new`]).
     pub fn partition(prefix: &str, queue: &str, partition: u32, partitions: u32) -> Keys {
+        Keys::partition_in(
+            PartitionLayout::Spread,
+            prefix,
+            queue,
+            partition,
+            partitions,
+        )
+    }
+
+    /// The keys of partition `partition` of `partitions` in layout `layout` (`Auto`: the
+    /// spread layout, a new queue's).
+    pub fn partition_in(
+        layout: PartitionLayout,
+        prefix: &str,
+        queue: &str,
+        partition: u32,
+        partitions: u32,
+    ) -> Keys {
         if partitions <= 1 {
-            Keys::new(prefix, queue)
-        } else {
-            Keys::with_tag(prefix, queue, &format!("{queue}#{partition}"))
+            return Keys::new(prefix, queue);
         }
+        let tag = match layout.for_new_queue() {
+            PartitionLayout::Legacy => format!("{queue}#{partition}"),
+            _ => spread_tag(queue, partition, partitions),
+        };
+        Keys::with_tag(prefix, queue, &tag)
     }
 
     fn with_tag(prefix: &str, queue: &str, tag: &str) -> Keys {
@@ -137,10 +163,27 @@ mod tests {
         assert_eq!(k.pattern(), "pelican:{jobs}:*");
         assert_eq!(k.partitions(), "pelican:{jobs}:partitions");
         assert_eq!(Keys::partition("pelican", "jobs", 0, 1), k);
-        let p = Keys::partition("pelican", "jobs", 3, 6);
+        for layout in [
+            PartitionLayout::Auto,
+            PartitionLayout::Spread,
+            PartitionLayout::Legacy,
+        ] {
+            assert_eq!(Keys::partition_in(layout, "pelican", "jobs", 0, 1), k);
+        }
+        let p = Keys::partition_in(PartitionLayout::Legacy, "pelican", "jobs", 3, 6);
         assert_eq!(p.stream(), "pelican:{jobs#3}:stream");
         assert_eq!(p.req("r"), "pelican:{jobs#3}:req:r");
         assert_eq!(p.partitions(), "pelican:{jobs}:partitions");
         assert_eq!(p.pattern(), "pelican:{jobs#3}:*");
+        let tag = spread_tag("jobs", 3, 6);
+        let p = Keys::partition("pelican", "jobs", 3, 6);
+        assert_eq!(p.stream(), format!("pelican:{{{tag}}}:stream"));
+        assert_eq!(p.req("r"), format!("pelican:{{{tag}}}:req:r"));
+        assert_eq!(p.partitions(), "pelican:{jobs}:partitions");
+        assert_eq!(p.pattern(), format!("pelican:{{{tag}}}:*"));
+        assert_eq!(
+            Keys::partition_in(PartitionLayout::Auto, "pelican", "jobs", 3, 6),
+            p
+        );
     }
 }

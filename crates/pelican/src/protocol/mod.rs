@@ -2,6 +2,8 @@
 //! people in `docs/PROTOCOL.md`; every key, value and script call is built here.
 //!
 //! - [`keys`]: every key of a queue.
+//! - [`layout`]: where the partitions' tags put them in a cluster's slots, and the
+//!   record of a queue's partitions.
 //! - [`entry`]: request stream entries (and the RESP values they arrive in).
 //! - [`head`]: an entry's `head` field, the request's own facts in one value.
 //! - [`index`]: the value of a request's state key, `req:<rid>`.
@@ -14,6 +16,7 @@ pub(crate) mod entry;
 pub(crate) mod head;
 pub(crate) mod index;
 pub(crate) mod keys;
+pub(crate) mod layout;
 pub(crate) mod outcome;
 pub(crate) mod request_id;
 pub(crate) mod scripts;

@@ -1,5 +1,8 @@
 //! Partitions and Redis Cluster: one queue over `redis+cluster://`, partitions on one
-//! node and on a cluster, fairness between partitions, dead letters across partitions.
+//! node and on a cluster, fairness between partitions, dead letters across partitions;
+//! their layout over a cluster's slots (`spread`).
+
+mod spread;
 
 use crate::common::*;
 use pelican::{Admin, Consumer, ErrorKind, Producer, QueueConfig};

@@ -372,7 +372,11 @@ fn a_partitioned_queue_is_one_queue() {
     let id = bury(&env, &one, "poison-p1", r#"{"p": 1}"#);
     let d = Dashboard::start(&env, &[]);
     let q = d.wait_for_queue(&env.queue);
-    let tags = [format!("{}#0", env.queue), format!("{}#1", env.queue)];
+    let tags = [0, 1].map(|p| {
+        let k = pelican::admin::Keys::partition("pelican", &env.queue, p, 2);
+        let tag = k.stream().strip_prefix("pelican:{").unwrap();
+        tag.strip_suffix("}:stream").unwrap().to_string()
+    });
     assert_eq!(q["partitions"], serde_json::json!(tags), "{q}");
     assert_eq!(q["dead_letters"], 1, "{q}");
     let all = get(&d.addr, "/api/queues").json();
