@@ -59,6 +59,17 @@ pub struct Global {
         value_name = "FILE"
     )]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Whether this process's own connections over plain TCP (blocking reads, outcome
+    /// writes, large bodies) are pelican's lean ones (true) or the Redis client library's
+    /// (false: the path TLS and Unix sockets always take) [default: true].
+    #[arg(
+        long,
+        env = "PELICAN_LEAN_CONNECTIONS",
+        global = true,
+        value_name = "BOOL",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub lean_connections: Option<bool>,
     /// Print data as JSON (stats, dead letters, worker lines, the demo's summary).
     #[arg(long, global = true)]
     pub json: bool,

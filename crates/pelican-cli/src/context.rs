@@ -37,6 +37,9 @@ impl Global {
         if let Some(n) = set.partitions {
             q = q.with_partitions(n);
         }
+        if let Some(lean) = self.lean_connections {
+            q = q.with_lean_connections(lean);
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path).map_err(|e| {
                 CliError::usage(format!(

@@ -114,7 +114,12 @@ impl Shared {
     async fn connect_parts(queue: &QueueConfig) -> Result<Vec<Arc<Shared>>> {
         queue.validate()?;
         let ca = queue.tls_root_ca_pem.as_deref();
-        let endpoint = Endpoint::of(&queue.url, ca, queue.command_timeout)?;
+        let endpoint = Endpoint::of(
+            &queue.url,
+            ca,
+            queue.command_timeout,
+            queue.lean_connections,
+        )?;
         let mut conn = endpoint.connect(&queue.url, queue.command_timeout).await?;
         let metrics = Metrics::new(&queue.name);
         let nodes = node_indexes(&endpoint, &mut conn, queue).await;

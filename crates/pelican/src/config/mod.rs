@@ -116,6 +116,13 @@ pub struct QueueConfig {
     /// request by its id, so dedup holds. Every process of a queue must use the same
     /// number: the queue records it, and a process configured otherwise is refused.
     pub partitions: u32,
+    /// Whether the connections a task keeps for itself (blocking reads, outcome writes,
+    /// the producer's writes of large bodies) are pelican's lean ones over plain TCP.
+    /// Default true. False sends everything through the client library's connections,
+    /// as TLS and Unix sockets always do; the command sets it from
+    /// `PELICAN_LEAN_CONNECTIONS` / `--lean-connections`. Per process: processes of one
+    /// queue may differ.
+    pub lean_connections: bool,
 }
 
 impl std::fmt::Debug for QueueConfig {
@@ -133,6 +140,7 @@ impl std::fmt::Debug for QueueConfig {
             .field("dead_maxlen", &self.dead_maxlen)
             .field("reply_maxlen", &self.reply_maxlen)
             .field("partitions", &self.partitions)
+            .field("lean_connections", &self.lean_connections)
             .field(
                 "tls_root_ca_pem",
                 &self
@@ -163,7 +171,16 @@ impl QueueConfig {
             reply_maxlen: DEFAULT_REPLY_MAXLEN,
             tls_root_ca_pem: None,
             partitions: 1,
+            lean_connections: true,
         }
+    }
+
+    /// Sets whether a task's own connections over plain TCP are pelican's lean ones
+    /// (see [`QueueConfig::lean_connections`]).
+    #[must_use]
+    pub fn with_lean_connections(mut self, lean: bool) -> Self {
+        self.lean_connections = lean;
+        self
     }
 
     /// Sets the number of partitions (see [`QueueConfig::partitions`]).
@@ -289,6 +306,7 @@ impl QueueConfig {
             &self.url,
             self.tls_root_ca_pem.as_deref(),
             self.command_timeout,
+            self.lean_connections,
         )?;
         Ok(())
     }
