@@ -33,7 +33,7 @@ use crate::cluster::{cluster_leftovers, settled, stream_of, PARTITIONS};
 use crate::common::*;
 use pelican_testkit::{eventually, unique_name, RedisCluster};
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -454,7 +454,7 @@ async fn chaos(variant: Variant) {
     // Lost requests found after the last fault are its.
     faults.close_window(resubmitted_lost(&queue));
     fleet.stop().await;
-    for p in &producers {
+    for p in producers {
         p.shutdown().await.expect("producer shutdown");
     }
     let left = cluster_leftovers(&cluster, &queue).await;
