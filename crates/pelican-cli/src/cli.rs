@@ -505,6 +505,27 @@ mod tests {
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("redis://app:***@db:6379"), "{shown}");
     }
+
+    /// `--lean-connections` (`PELICAN_LEAN_CONNECTIONS`) reaches the queue's config:
+    /// lean unless turned off with 0/false/no/off; anything else is a usage error.
+    #[test]
+    fn lean_connections_can_be_turned_off() {
+        let lean = |args: &[&str]| {
+            let mut all = vec!["pelican", "--redis", "redis://127.0.0.1:6379"];
+            all.extend_from_slice(args);
+            all.push("stats");
+            Cli::try_parse_from(all)
+                .map(|c| c.global.queue_config().expect("valid").lean_connections)
+        };
+        if std::env::var_os("PELICAN_LEAN_CONNECTIONS").is_none() {
+            assert!(lean(&[]).unwrap(), "lean by default");
+        }
+        for off in ["0", "false", "no", "off"] {
+            assert!(!lean(&["--lean-connections", off]).unwrap(), "{off}");
+        }
+        assert!(lean(&["--lean-connections", "1"]).unwrap());
+        assert!(lean(&["--lean-connections", "maybe"]).is_err());
+    }
 }
 
 /// `pelican nitro`.

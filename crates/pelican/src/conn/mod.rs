@@ -400,3 +400,47 @@ pub(crate) async fn on_own<R>(
     }
     r
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pelican_testkit::RedisServer;
+
+    /// A task's own connection over plain TCP is the lean one unless the endpoint was
+    /// made with `lean` off (`QueueConfig::lean_connections`): then the client library's,
+    /// as for TLS and Unix sockets. On one node and on a cluster.
+    #[tokio::test]
+    async fn own_connections_follow_the_lean_switch() {
+        let server = RedisServer::start();
+        let t = Duration::from_secs(5);
+        for lean in [true, false] {
+            let endpoint = Endpoint::of(&server.url(), None, t, lean).unwrap();
+            let mut shared = endpoint.connect(&server.url(), t).await.unwrap();
+            let (own, node) = endpoint
+                .own_connection_at(&mut shared, "k", t)
+                .await
+                .unwrap();
+            assert_eq!(node, None);
+            assert_eq!(matches!(own, OwnConn::Lean(_)), lean, "lean {lean}");
+            let mut own = own;
+            let pong = own.query(&redis::cmd("PING")).await.unwrap();
+            assert_eq!(pong, Value::SimpleString("PONG".into()), "lean {lean}");
+        }
+        let cluster = pelican_testkit::RedisCluster::start(3);
+        for lean in [true, false] {
+            let url = cluster.cluster_url();
+            let endpoint = Endpoint::of(&url, None, t, lean).unwrap();
+            let mut shared = endpoint.connect(&url, t).await.unwrap();
+            let (own, node) = endpoint
+                .own_connection_at(&mut shared, "{q}:stream", t)
+                .await
+                .unwrap();
+            assert!(node.is_some(), "a cluster names the node");
+            assert_eq!(
+                matches!(own, OwnConn::Lean(_)),
+                lean,
+                "cluster, lean {lean}"
+            );
+        }
+    }
+}
