@@ -29,8 +29,9 @@
 //! sets the chaos time (either form). The counts are printed as a table at the end, and
 //! as the suite's `RELIABILITY {json}` line.
 
-use crate::cluster::{cluster_leftovers, settled, stream_of, PARTITIONS};
+use crate::cluster::{cluster_leftovers_unchecked, settled, stream_of, PARTITIONS};
 use crate::common::*;
+use pelican::Keys;
 use pelican_testkit::{eventually, unique_name, RedisCluster};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
@@ -331,6 +332,25 @@ async fn chaos(variant: Variant) {
     let stop = spec.stop.clone();
     let load = tokio::spawn(load(producers.clone(), spec, progress.clone()));
     let started = Instant::now();
+    // The longest time without a single answer (a stall), sampled every 100 ms.
+    let pause = Arc::new(Mutex::new((Duration::ZERO, 0.0f64)));
+    let watch = {
+        let (progress, pause, stop) = (progress.clone(), pause.clone(), stop.clone());
+        tokio::spawn(async move {
+            let (mut last, mut since) = (progress.get(), Instant::now());
+            while !stop.load(Ordering::SeqCst) {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let now = progress.get();
+                if now != last {
+                    (last, since) = (now, Instant::now());
+                }
+                let mut p = pause.lock().unwrap();
+                if since.elapsed() > p.0 {
+                    *p = (since.elapsed(), (since - started).as_secs_f64());
+                }
+            }
+        })
+    };
     let mut cluster = Some(cluster);
     let mut faults = Faults::default();
     // Every kind once, in a random order, then at random.
@@ -448,6 +468,8 @@ async fn chaos(variant: Variant) {
     .await;
     stop.store(true, Ordering::SeqCst);
     let tally = load.await.expect("the load");
+    watch.await.expect("the stall watch");
+    let (longest_pause, pause_at) = *pause.lock().unwrap();
     let duration = started.elapsed();
     let cluster = cluster.take().expect("the cluster");
     settled(&cluster, &queue).await;
@@ -457,7 +479,8 @@ async fn chaos(variant: Variant) {
     for p in producers {
         p.shutdown().await.expect("producer shutdown");
     }
-    let left = cluster_leftovers(&cluster, &queue).await;
+    let left = cluster_leftovers_unchecked(&cluster, &queue).await;
+    let dead = dead_letters(&cluster, &queue).await;
 
     // Handler runs per request, from the workers' own lines.
     let (runs, twice, shared_twice, never_ran) = {
@@ -502,7 +525,8 @@ async fn chaos(variant: Variant) {
          |---|---|---|---|---|---|---|---|\n\
          | {} | {} | {} | {} | {} | {} | {} ({}) | {:.1} s |\n\
          shared requests (submitted by {PRODUCERS} producers at once): {}; handler runs {}; \
-         submissions refused and retried: {}; lost requests submitted again: {total_lost_resubmits}\n",
+         submissions refused and retried: {}; lost requests submitted again: {total_lost_resubmits}; \
+         longest time without an answer: {:.1} s (from {pause_at:.0} s); dead letters: {}\n",
         chaos_s,
         duration.as_secs_f64(),
         count(Fault::KillMaster),
@@ -529,6 +553,8 @@ async fn chaos(variant: Variant) {
         tally.shared,
         runs,
         tally.submit_retries,
+        longest_pause.as_secs_f64(),
+        dead.len(),
     );
     let mut s = Summary::new(
         &format!("chaos soak on a Redis Cluster ({name})"),
@@ -559,14 +585,21 @@ async fn chaos(variant: Variant) {
         .set("resubmitted_lost", total_lost_resubmits)
         .set("resubmitted_lost_after_pause", resub(Fault::PauseMaster))
         .set("resubmitted_lost_after_kill", resub(Fault::KillMaster))
+        .set("longest_pause_s", longest_pause.as_secs_f64())
+        .set("longest_pause_from_s", pause_at)
         .set("cached_outcomes_left", left.outcomes)
         .set("chaos_s", chaos_s);
+    s.set("dead_letters", dead.len() as u64);
     s.emit();
+    for d in &dead {
+        eprintln!("chaos ({name}): dead letter: {d}");
+    }
 
     assert!(tally.calls > 0);
-    assert_eq!(tally.lost(), 0, "lost: {:?}", tally.errors);
+    let tails = fleet.stderr_tails();
+    assert_eq!(tally.lost(), 0, "lost: {:?}\n{tails}", tally.errors);
     assert_eq!(tally.wrong, 0, "answered wrong");
-    assert_eq!(tally.hung, 0, "hung");
+    assert_eq!(tally.hung, 0, "hung\n{tails}");
     assert_eq!(tally.ok, tally.calls);
     assert_eq!(never_ran, 0, "requests answered without a handler run");
     assert_eq!(
@@ -578,4 +611,37 @@ async fn chaos(variant: Variant) {
     for f in FAULTS {
         assert!(count(f) > 0, "{} never happened", f.label());
     }
+    left.assert_clean(&queue);
+}
+
+/// Every partition's dead letters (their fields), read on the master that serves it.
+async fn dead_letters(cluster: &RedisCluster, queue: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for p in 0..PARTITIONS {
+        let names = Keys::partition(PREFIX, queue, p, PARTITIONS);
+        let node = &cluster.nodes()[cluster.master_of(names.stream())];
+        let mut c = raw_conn(&node.url())
+            .await
+            .expect("a connection to a master");
+        let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+            .arg(names.dead())
+            .arg("-")
+            .arg("+")
+            .arg("COUNT")
+            .arg(20)
+            .query_async(&mut c)
+            .await
+            .expect("XRANGE of the dead letters");
+        for (id, fields) in entries {
+            let fields: Vec<String> = fields
+                .into_iter()
+                .map(|(k, v)| {
+                    let v = String::from_utf8_lossy(&v);
+                    format!("{k}={}", v.chars().take(200).collect::<String>())
+                })
+                .collect();
+            out.push(format!("partition {p} {id}: {}", fields.join(" ")));
+        }
+    }
+    out
 }
