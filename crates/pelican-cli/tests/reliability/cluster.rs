@@ -178,13 +178,18 @@ impl Drop for LeftOnPanic {
 /// The memory check of a partitioned queue: every partition's keys on the master that
 /// serves them now, and the queue's own tag (only the record of its partition count).
 pub(crate) async fn cluster_leftovers(cluster: &RedisCluster, queue: &str) -> Leftovers {
-    let all = cluster_leftovers_unchecked(cluster, queue).await;
+    let all = cluster_leftovers_unchecked(cluster, queue, false).await;
     all.assert_clean(queue);
     all
 }
 
-/// [`cluster_leftovers`] without the check: what is left, for the caller to report first.
-pub(crate) async fn cluster_leftovers_unchecked(cluster: &RedisCluster, queue: &str) -> Leftovers {
+/// [`cluster_leftovers`] without the check: what is left, for the caller to report first
+/// (dead letters counted as such when `dead_allowed`, else as keys left behind).
+pub(crate) async fn cluster_leftovers_unchecked(
+    cluster: &RedisCluster,
+    queue: &str,
+    dead_allowed: bool,
+) -> Leftovers {
     let mut all = Leftovers::default();
     let mut names: Vec<Keys> = (0..PARTITIONS)
         .map(|p| Keys::partition(PREFIX, queue, p, PARTITIONS))
@@ -195,7 +200,7 @@ pub(crate) async fn cluster_leftovers_unchecked(cluster: &RedisCluster, queue: &
         let mut c = raw_conn(&node.url())
             .await
             .expect("a connection to a master");
-        let l = leftovers_of(&mut c, n, false).await;
+        let l = leftovers_of(&mut c, n, dead_allowed).await;
         all.outcomes += l.outcomes;
         all.answers += l.answers;
         all.consumers = all.consumers.max(l.consumers);
