@@ -59,6 +59,17 @@ pub struct Global {
         value_name = "FILE"
     )]
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Whether this process's own connections over plain TCP (blocking reads, outcome
+    /// writes, large bodies) are pelican's lean ones (true) or the Redis client library's
+    /// (false: the path TLS and Unix sockets always take) [default: true].
+    #[arg(
+        long,
+        env = "PELICAN_LEAN_CONNECTIONS",
+        global = true,
+        value_name = "BOOL",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub lean_connections: Option<bool>,
     /// Print data as JSON (stats, dead letters, worker lines, the demo's summary).
     #[arg(long, global = true)]
     pub json: bool,
@@ -503,6 +514,27 @@ mod tests {
         let shown = format!("{cli:?}");
         assert!(!shown.contains("hunter2"), "{shown}");
         assert!(shown.contains("redis://app:***@db:6379"), "{shown}");
+    }
+
+    /// `--lean-connections` (`PELICAN_LEAN_CONNECTIONS`) reaches the queue's config:
+    /// lean unless turned off with 0/false/no/off; anything else is a usage error.
+    #[test]
+    fn lean_connections_can_be_turned_off() {
+        let lean = |args: &[&str]| {
+            let mut all = vec!["pelican", "--redis", "redis://127.0.0.1:6379"];
+            all.extend_from_slice(args);
+            all.push("stats");
+            Cli::try_parse_from(all)
+                .map(|c| c.global.queue_config().expect("valid").lean_connections)
+        };
+        if std::env::var_os("PELICAN_LEAN_CONNECTIONS").is_none() {
+            assert!(lean(&[]).unwrap(), "lean by default");
+        }
+        for off in ["0", "false", "no", "off"] {
+            assert!(!lean(&["--lean-connections", off]).unwrap(), "{off}");
+        }
+        assert!(lean(&["--lean-connections", "1"]).unwrap());
+        assert!(lean(&["--lean-connections", "maybe"]).is_err());
     }
 }
 

@@ -42,6 +42,9 @@ impl Global {
                 CliError::usage(format!("--partition-layout: {}", e.message()))
             })?);
         }
+        if let Some(lean) = self.lean_connections {
+            q = q.with_lean_connections(lean);
+        }
         if let Some(path) = &self.tls_ca {
             let pem = std::fs::read(path).map_err(|e| {
                 CliError::usage(format!(

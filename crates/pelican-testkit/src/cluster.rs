@@ -34,6 +34,9 @@ const NODE_TIMEOUT_MS: &str = "1000";
 pub struct RedisCluster {
     nodes: Vec<RedisServer>,
     replicas: usize,
+    /// Nodes SIGSTOPped by [`pause_master_of`](Self::pause_master_of) and not resumed
+    /// yet: left out of every probe (they would not answer).
+    paused: Vec<usize>,
 }
 
 impl RedisCluster {
@@ -114,7 +117,11 @@ impl RedisCluster {
                 b.start()
             })
             .collect();
-        let cluster = RedisCluster { nodes, replicas };
+        let cluster = RedisCluster {
+            nodes,
+            replicas,
+            paused: Vec::new(),
+        };
         cluster.create();
         cluster.wait_ok();
         if replicas > 0 {
@@ -158,13 +165,20 @@ impl RedisCluster {
     }
 
     fn master_port_of_slot(&self, slot: u16) -> u16 {
-        self.nodes
-            .iter()
-            .filter(|n| n.is_running())
+        self.live()
             .find_map(|n| slot_owner_seen_by(&n.probe_addr(), slot))
             .unwrap_or_else(|| {
                 panic!("no running node of the cluster knows who serves slot {slot}")
             })
+    }
+
+    /// The running nodes that answer (not paused), in start order.
+    fn live(&self) -> impl Iterator<Item = &RedisServer> {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, n)| n.is_running() && !self.paused.contains(i))
+            .map(|(_, n)| n)
     }
 
     /// SIGKILLs the master that serves `key` and waits (30 s deadline) until one of its
@@ -179,6 +193,108 @@ impl RedisCluster {
         let victim = self.master_of(key);
         let old_port = self.nodes[victim].port();
         self.nodes[victim].kill();
+        self.wait_taken_over(key, old_port);
+        victim
+    }
+
+    /// SIGSTOPs the master that serves `key` (the process freezes: its clients' commands
+    /// wait in its sockets) and waits (30 s deadline) until one of its replicas has
+    /// taken over, as for [`kill_master_of`](Self::kill_master_of): after
+    /// `cluster-node-timeout`. Returns the index of the paused node, to give to
+    /// [`resume`](Self::resume). Needs a cluster started with replicas.
+    pub fn pause_master_of(&mut self, key: &str) -> usize {
+        assert!(
+            self.replicas > 0,
+            "a failover needs a cluster with replicas"
+        );
+        let victim = self.master_of(key);
+        let old_port = self.nodes[victim].port();
+        assert!(
+            signal(self.nodes[victim].pid(), "STOP"),
+            "cannot SIGSTOP the node on port {old_port}"
+        );
+        self.paused.push(victim);
+        self.wait_taken_over(key, old_port);
+        victim
+    }
+
+    /// SIGCONTs node `node` (paused by [`pause_master_of`](Self::pause_master_of)) and
+    /// waits (30 s deadline) until it has rejoined as a replica with its link up. What
+    /// it acknowledged on its own once it ran again, before it learned it had been
+    /// replaced, is dropped when it resyncs from the new master.
+    pub fn resume(&mut self, node: usize) {
+        assert!(
+            self.paused.contains(&node),
+            "node {node} was not paused by pause_master_of"
+        );
+        assert!(
+            signal(self.nodes[node].pid(), "CONT"),
+            "cannot SIGCONT the node on port {}",
+            self.nodes[node].port()
+        );
+        self.paused.retain(|&n| n != node);
+        self.wait_replica_linked(node);
+    }
+
+    /// Restarts node `node` (a master killed by [`kill_master_of`](Self::kill_master_of))
+    /// with its data and `nodes.conf`, and waits (30 s deadline) until it has rejoined as
+    /// a replica of the master that took over, with its link up.
+    pub fn restart_as_replica(&mut self, node: usize) {
+        self.nodes[node].restart();
+        self.wait_replica_linked(node);
+    }
+
+    /// The indexes of the running masters that serve slots, in start order.
+    pub fn masters(&self) -> Vec<usize> {
+        let mut ports: Vec<u16> = Vec::new();
+        if let Some(n) = self.live().next() {
+            if let Ok(mut c) = RespConn::connect(&n.probe_addr(), Duration::from_millis(500)) {
+                if let Ok(Reply::Array(Some(ranges))) = c.command(&["CLUSTER", "SLOTS"]) {
+                    for r in ranges {
+                        if let Reply::Array(Some(parts)) = r {
+                            if let Some(Reply::Array(Some(m))) = parts.get(2) {
+                                if let Some(Reply::Int(port)) = m.get(1) {
+                                    ports.push(*port as u16);
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        (0..self.nodes.len())
+            .filter(|&i| !self.paused.contains(&i) && self.nodes[i].is_running())
+            .filter(|&i| ports.contains(&self.nodes[i].port()))
+            .collect()
+    }
+
+    fn wait_replica_linked(&self, node: usize) {
+        let n = &self.nodes[node];
+        let start = Instant::now();
+        loop {
+            let info = RespConn::connect(&n.probe_addr(), Duration::from_millis(500))
+                .and_then(|mut c| c.command(&["INFO", "replication"]))
+                .ok()
+                .and_then(|r| r.text())
+                .unwrap_or_default();
+            if info.lines().any(|l| l.trim() == "role:slave")
+                && info.lines().any(|l| l.trim() == "master_link_status:up")
+            {
+                return;
+            }
+            if start.elapsed() >= FAILOVER_TIMEOUT {
+                panic!(
+                    "node on port {} did not rejoin as a linked replica within {FAILOVER_TIMEOUT:?}:\n{info}",
+                    n.port()
+                );
+            }
+            thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits until every live node names a master other than `old_port` for `key`'s
+    /// slot, the same one, and says `cluster_state:ok`.
+    fn wait_taken_over(&self, key: &str, old_port: u16) {
         let start = Instant::now();
         loop {
             let slot: u16 = self
@@ -189,9 +305,7 @@ impl RedisCluster {
             // the dead one would send clients there (redis-cli -c would follow its MOVED
             // to a closed port).
             let seen: Vec<Option<u16>> = self
-                .nodes
-                .iter()
-                .filter(|n| n.is_running())
+                .live()
                 .map(|n| slot_owner_seen_by(&n.probe_addr(), slot))
                 .collect();
             let promoted = seen
@@ -199,12 +313,12 @@ impl RedisCluster {
                 .copied()
                 .flatten()
                 .filter(|&p| p != old_port && seen.iter().all(|s| *s == Some(p)));
-            let all_ok = self.nodes.iter().filter(|n| n.is_running()).all(|n| {
+            let all_ok = self.live().all(|n| {
                 cluster_info(&n.probe_addr())
                     .is_ok_and(|i| i.lines().any(|l| l.trim() == "cluster_state:ok"))
             });
             if promoted.is_some() && all_ok {
-                return victim;
+                return;
             }
             if start.elapsed() >= FAILOVER_TIMEOUT {
                 panic!(
@@ -221,7 +335,7 @@ impl RedisCluster {
         self.nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| n.is_running())
+            .filter(|(i, n)| n.is_running() && !self.paused.contains(i))
             .filter(|(_, n)| {
                 RespConn::connect(&n.probe_addr(), Duration::from_millis(500))
                     .and_then(|mut c| c.command(&["INFO", "replication"]))
@@ -393,13 +507,19 @@ impl RedisCluster {
         let mut all = Vec::with_capacity(args.len() + 1);
         all.push("-c");
         all.extend_from_slice(args);
-        let node = self
-            .nodes
-            .iter()
-            .find(|n| n.is_running())
-            .expect("a running node");
+        let node = self.live().next().expect("a running node");
         run_cli(node.port(), node.tls(), &all)
     }
+}
+
+/// Sends signal `sig` (`STOP`, `CONT`) to process `pid` with `kill -s`; false when it
+/// failed.
+fn signal(pid: u32, sig: &str) -> bool {
+    Command::new("kill")
+        .args(["-s", sig])
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// The port of the master that serves `slot`, as the node at `addr` sees it.

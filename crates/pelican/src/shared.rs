@@ -120,7 +120,12 @@ impl Shared {
     async fn open(queue: &QueueConfig) -> Result<(Endpoint, Conn)> {
         queue.validate()?;
         let ca = queue.tls_root_ca_pem.as_deref();
-        let endpoint = Endpoint::of(&queue.url, ca, queue.command_timeout)?;
+        let endpoint = Endpoint::of(
+            &queue.url,
+            ca,
+            queue.command_timeout,
+            queue.lean_connections,
+        )?;
         let conn = endpoint.connect(&queue.url, queue.command_timeout).await?;
         Ok((endpoint, conn))
     }

@@ -30,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const PARTITIONS: u32 = 6;
+pub(crate) const PARTITIONS: u32 = 6;
 const MASTERS: usize = 3;
 const WORKERS: usize = 3;
 /// 3 x 48 handler slots against 400 requests in flight: the rest waits in the streams.
@@ -67,14 +67,14 @@ async fn answers(progress: &Progress, at: u64, what: &str) {
 }
 
 /// The stream key of partition `p`: its slot is the partition's.
-fn stream_of(queue: &str, p: u32) -> String {
+pub(crate) fn stream_of(queue: &str, p: u32) -> String {
     Keys::partition(PREFIX, queue, p, PARTITIONS)
         .stream()
         .to_string()
 }
 
 /// Each partition's keys with a connection to the master that serves them now.
-async fn partition_masters(
+pub(crate) async fn partition_masters(
     cluster: &RedisCluster,
     queue: &str,
 ) -> Vec<(Keys, redis::aio::MultiplexedConnection)> {
@@ -95,7 +95,7 @@ async fn partition_masters(
 /// completion the old one had not passed on yet: pending with a consumer that finished
 /// them, they are reclaimed after claim_idle and run again (counted as re-runs), and the
 /// finished entries behind them are trimmed then.
-async fn settled(cluster: &RedisCluster, queue: &str) {
+pub(crate) async fn settled(cluster: &RedisCluster, queue: &str) {
     eventually(
         Duration::from_secs(30),
         "every partition's stream to empty",
@@ -177,7 +177,19 @@ impl Drop for LeftOnPanic {
 
 /// The memory check of a partitioned queue: every partition's keys on the master that
 /// serves them now, and the queue's own tag (only the record of its partition count).
-async fn cluster_leftovers(cluster: &RedisCluster, queue: &str) -> Leftovers {
+pub(crate) async fn cluster_leftovers(cluster: &RedisCluster, queue: &str) -> Leftovers {
+    let all = cluster_leftovers_unchecked(cluster, queue, false).await;
+    all.assert_clean(queue);
+    all
+}
+
+/// [`cluster_leftovers`] without the check: what is left, for the caller to report first
+/// (dead letters counted as such when `dead_allowed`, else as keys left behind).
+pub(crate) async fn cluster_leftovers_unchecked(
+    cluster: &RedisCluster,
+    queue: &str,
+    dead_allowed: bool,
+) -> Leftovers {
     let mut all = Leftovers::default();
     let mut names: Vec<Keys> = (0..PARTITIONS)
         .map(|p| Keys::partition(PREFIX, queue, p, PARTITIONS))
@@ -188,13 +200,12 @@ async fn cluster_leftovers(cluster: &RedisCluster, queue: &str) -> Leftovers {
         let mut c = raw_conn(&node.url())
             .await
             .expect("a connection to a master");
-        let l = leftovers_of(&mut c, n, false).await;
+        let l = leftovers_of(&mut c, n, dead_allowed).await;
         all.outcomes += l.outcomes;
         all.answers += l.answers;
         all.consumers = all.consumers.max(l.consumers);
         all.bad.extend(l.bad);
     }
-    all.assert_clean(queue);
     all
 }
 

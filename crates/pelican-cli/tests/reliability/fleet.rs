@@ -81,6 +81,7 @@ impl WorkerSpec {
             .env_remove("PELICAN_QUEUE")
             .env_remove("RUST_LOG")
             .env_remove("PELICAN_TLS_CA")
+            .env_remove("PELICAN_LEAN_CONNECTIONS")
             .envs(self.env.iter().map(|(k, v)| (k, v)))
             .args(["--redis", &self.url, "--queue", &self.queue, "--json"])
             .args(["worker", "--verbose", "--handler", &self.handler])

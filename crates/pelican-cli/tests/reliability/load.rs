@@ -47,7 +47,7 @@ impl Progress {
     pub fn get(&self) -> u64 {
         self.0.load(Ordering::Relaxed)
     }
-    fn bump(&self) {
+    pub fn bump(&self) {
         self.0.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -147,21 +147,24 @@ impl LoadReport {
     }
 }
 
-enum Fate {
+pub enum Fate {
     Ok,
     Wrong,
     Hung,
     Error(String),
 }
 
-struct One {
-    fate: Fate,
-    retries: u64,
-    latency: Duration,
-    rid: Option<String>,
+/// What became of one caller.
+pub struct One {
+    pub fate: Fate,
+    pub retries: u64,
+    pub latency: Duration,
+    pub rid: Option<String>,
 }
 
-async fn one(p: &JsonProducer, spec: &LoadSpec, i: u64) -> One {
+/// Submits request `i` of `spec` (again while the submit fails with a retryable error)
+/// and awaits its answer with a deadline.
+pub async fn one(p: &JsonProducer, spec: &LoadSpec, i: u64) -> One {
     let body = spec.body(i);
     let started = Instant::now();
     let mut retries = 0;

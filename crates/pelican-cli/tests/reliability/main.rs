@@ -17,6 +17,9 @@
 //! - `slow`: handlers slower than claim_idle under load.
 //! - `cluster`: a queue over a Redis Cluster: reshardings (slots moved, some held half
 //!   moved while a worker is killed) and masters killed, with worker processes.
+//! - `chaos`: the chaos soak on a Redis Cluster with replicas: masters SIGKILLed and
+//!   SIGSTOPped, workers SIGKILLed, slots moved at random under load from several
+//!   producers, on the lean and the client library's connections.
 //! - `acl_tls`: the core scenario as a least-privilege ACL user, and over TLS.
 //! - `memory`: memory under steady load, and the soak's figures (every scenario ends
 //!   with the short check).
@@ -29,6 +32,7 @@ mod load;
 mod spy;
 
 mod acl_tls;
+mod chaos;
 mod cluster;
 mod hostile;
 mod kills;

@@ -25,13 +25,10 @@ impl RedisCluster {
     /// ... IMPORTING` on `to`, `MIGRATING` on the master that serves it. Until
     /// [`finish_slot_move`](Self::finish_slot_move), clients get `ASK` for keys the
     /// source does not have and `TRYAGAIN` for commands and scripts over several keys
-    /// of the slot when one of them is missing. Needs a cluster without replicas (every
-    /// running node is a master). Panics with the reply on failure.
+    /// of the slot when one of them is missing. On a cluster with replicas, `to` must be
+    /// one of [`masters`](Self::masters); the replicas follow their masters. Panics with
+    /// the reply on failure.
     pub fn begin_slot_move(&self, key: &str, to: usize) -> SlotMove {
-        assert_eq!(
-            self.replicas, 0,
-            "moving a slot needs a cluster without replicas"
-        );
         let slot = self.cli(&["CLUSTER", "KEYSLOT", key]);
         let from = self.master_of(key);
         assert_ne!(from, to, "{key} is on node {to} already");
@@ -81,17 +78,16 @@ impl RedisCluster {
         }
         node_command(dst, &["CLUSTER", "SETSLOT", slot, "NODE", to_id]);
         node_command(src, &["CLUSTER", "SETSLOT", slot, "NODE", to_id]);
-        for (i, n) in self.nodes.iter().enumerate() {
-            if i != *from && i != *to && n.is_running() {
-                node_command(n, &["CLUSTER", "SETSLOT", slot, "NODE", to_id]);
+        // Every other master (a replica refuses SETSLOT: it learns from its master).
+        for i in self.masters() {
+            if i != *from && i != *to {
+                node_command(&self.nodes[i], &["CLUSTER", "SETSLOT", slot, "NODE", to_id]);
             }
         }
         let slot: u16 = slot.parse().expect("CLUSTER KEYSLOT answers a number");
         let start = Instant::now();
         while !self
-            .nodes
-            .iter()
-            .filter(|n| n.is_running())
+            .live()
             .all(|n| slot_owner_seen_by(&n.probe_addr(), slot) == Some(dst.port()))
         {
             assert!(

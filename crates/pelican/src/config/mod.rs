@@ -129,6 +129,13 @@ pub struct QueueConfig {
     /// legacy layout and keeps it. Set `Spread` or `Legacy` to insist on one: a process
     /// whose layout differs from the queue's is refused. No effect with one partition.
     pub partition_layout: PartitionLayout,
+    /// Whether the connections a task keeps for itself (blocking reads, outcome writes,
+    /// the producer's writes of large bodies) are pelican's lean ones over plain TCP.
+    /// Default true. False sends everything through the client library's connections,
+    /// as TLS and Unix sockets always do; the command sets it from
+    /// `PELICAN_LEAN_CONNECTIONS` / `--lean-connections`. Per process: processes of one
+    /// queue may differ.
+    pub lean_connections: bool,
 }
 
 impl std::fmt::Debug for QueueConfig {
@@ -147,6 +154,7 @@ impl std::fmt::Debug for QueueConfig {
             .field("reply_maxlen", &self.reply_maxlen)
             .field("partitions", &self.partitions)
             .field("partition_layout", &self.partition_layout)
+            .field("lean_connections", &self.lean_connections)
             .field(
                 "tls_root_ca_pem",
                 &self
@@ -178,6 +186,7 @@ impl QueueConfig {
             tls_root_ca_pem: None,
             partitions: 1,
             partition_layout: PartitionLayout::Auto,
+            lean_connections: true,
         }
     }
 
@@ -192,6 +201,14 @@ impl QueueConfig {
     #[must_use]
     pub fn with_name(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// Sets whether a task's own connections over plain TCP are pelican's lean ones
+    /// (see [`QueueConfig::lean_connections`]).
+    #[must_use]
+    pub fn with_lean_connections(mut self, lean: bool) -> Self {
+        self.lean_connections = lean;
         self
     }
 
@@ -325,6 +342,7 @@ impl QueueConfig {
             &self.url,
             self.tls_root_ca_pem.as_deref(),
             self.command_timeout,
+            self.lean_connections,
         )?;
         Ok(())
     }

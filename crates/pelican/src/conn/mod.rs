@@ -53,7 +53,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 #[derive(Clone)]
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Endpoint {
-    Node(redis::Client),
+    Node { client: redis::Client, lean: bool },
     Cluster(ClusterEndpoint),
 }
 
@@ -62,19 +62,25 @@ pub(crate) struct ClusterEndpoint {
     client: ClusterClient,
     url: ClusterUrl,
     tls_root_ca_pem: Option<Vec<u8>>,
+    lean: bool,
 }
 
 impl Endpoint {
     /// The endpoint of `url` (trusting `tls_root_ca_pem` for TLS; commands on the
-    /// cluster's shared connection wait `command_timeout`); a
+    /// cluster's shared connection wait `command_timeout`; `lean`: a task's own
+    /// connection over plain TCP is pelican's lean one, else the client library's); a
     /// [`crate::ErrorKind::Config`] error for a bad URL.
     pub(crate) fn of(
         url_text: &str,
         tls_root_ca_pem: Option<&[u8]>,
         command_timeout: Duration,
+        lean: bool,
     ) -> Result<Endpoint> {
         match ClusterUrl::parse(url_text) {
-            None => Ok(Endpoint::Node(url::node_client(url_text, tls_root_ca_pem)?)),
+            None => Ok(Endpoint::Node {
+                client: url::node_client(url_text, tls_root_ca_pem)?,
+                lean,
+            }),
             Some(url) => {
                 let url = url?;
                 let seeds: Vec<String> = url.seeds.iter().map(|s| url.node_url(s)).collect();
@@ -93,6 +99,7 @@ impl Endpoint {
                     client,
                     url,
                     tls_root_ca_pem: tls_root_ca_pem.map(<[u8]>::to_vec),
+                    lean,
                 }))
             }
         }
@@ -101,7 +108,7 @@ impl Endpoint {
     /// One node (not a cluster): every key of every partition is on it, and one command
     /// may name keys of several partitions.
     pub(crate) fn is_single_node(&self) -> bool {
-        matches!(self, Endpoint::Node(_))
+        matches!(self, Endpoint::Node { .. })
     }
 
     /// The shared connection of a queue's producer, consumer or admin (`url`: the
@@ -117,7 +124,7 @@ impl Endpoint {
             )
         };
         match self {
-            Endpoint::Node(client) => {
+            Endpoint::Node { client, .. } => {
                 let cfg = ConnectionManagerConfig::new()
                     .set_response_timeout(Some(command_timeout))
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -161,7 +168,9 @@ impl Endpoint {
         timeout: Duration,
     ) -> Result<(OwnConn, Option<String>)> {
         match self {
-            Endpoint::Node(client) => Ok((own_connection(client, timeout).await?, None)),
+            Endpoint::Node { client, lean } => {
+                Ok((own_connection(client, timeout, *lean).await?, None))
+            }
             Endpoint::Cluster(c) => {
                 let (url, tls_root_ca_pem) = (&c.url, &c.tls_root_ca_pem);
                 let slots: Value = redis::cmd("CLUSTER")
@@ -177,7 +186,7 @@ impl Endpoint {
                     )
                 })?;
                 let client = url::node_client(&url.node_url(&node), tls_root_ca_pem.as_deref())?;
-                let conn = own_connection(&client, timeout).await?;
+                let conn = own_connection(&client, timeout, c.lean).await?;
                 Ok((conn, Some(node)))
             }
         }
@@ -300,13 +309,21 @@ impl redis::aio::ConnectionLike for Conn {
 }
 
 /// A connection of its own for a task that sends one command at a time (a blocking
-/// reader, the consumer's outcome writer), waiting at most `timeout` for a reply.
-pub(crate) async fn own_connection(client: &redis::Client, timeout: Duration) -> Result<OwnConn> {
-    let info = client.get_connection_info();
-    if let Some(lean) = LeanConn::open(info, CONNECT_TIMEOUT, timeout).await {
-        return lean
-            .map(OwnConn::Lean)
-            .map_err(|e| Error::redis("opening a connection", e));
+/// reader, the consumer's outcome writer), waiting at most `timeout` for a reply: a lean
+/// one over plain TCP when `lean` (`QueueConfig::lean_connections`), the client
+/// library's otherwise.
+pub(crate) async fn own_connection(
+    client: &redis::Client,
+    timeout: Duration,
+    lean: bool,
+) -> Result<OwnConn> {
+    if lean {
+        let info = client.get_connection_info();
+        if let Some(lean) = LeanConn::open(info, CONNECT_TIMEOUT, timeout).await {
+            return lean
+                .map(OwnConn::Lean)
+                .map_err(|e| Error::redis("opening a connection", e));
+        }
     }
     let cfg = AsyncConnectionConfig::new()
         .set_response_timeout(Some(timeout))
@@ -319,7 +336,8 @@ pub(crate) async fn own_connection(client: &redis::Client, timeout: Duration) ->
 }
 
 /// A connection of one task's own (blocking reads, outcome writes): pelican's lean one
-/// for plain TCP, the client library's for TLS and Unix sockets.
+/// for plain TCP, the client library's for TLS and Unix sockets (and for plain TCP too
+/// when `QueueConfig::lean_connections` is off).
 pub(crate) enum OwnConn {
     Lean(LeanConn),
     Client(MultiplexedConnection),
@@ -381,4 +399,48 @@ pub(crate) async fn on_own<R>(
         }
     }
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pelican_testkit::RedisServer;
+
+    /// A task's own connection over plain TCP is the lean one unless the endpoint was
+    /// made with `lean` off (`QueueConfig::lean_connections`): then the client library's,
+    /// as for TLS and Unix sockets. On one node and on a cluster.
+    #[tokio::test]
+    async fn own_connections_follow_the_lean_switch() {
+        let server = RedisServer::start();
+        let t = Duration::from_secs(5);
+        for lean in [true, false] {
+            let endpoint = Endpoint::of(&server.url(), None, t, lean).unwrap();
+            let mut shared = endpoint.connect(&server.url(), t).await.unwrap();
+            let (own, node) = endpoint
+                .own_connection_at(&mut shared, "k", t)
+                .await
+                .unwrap();
+            assert_eq!(node, None);
+            assert_eq!(matches!(own, OwnConn::Lean(_)), lean, "lean {lean}");
+            let mut own = own;
+            let pong = own.query(&redis::cmd("PING")).await.unwrap();
+            assert_eq!(pong, Value::SimpleString("PONG".into()), "lean {lean}");
+        }
+        let cluster = pelican_testkit::RedisCluster::start(3);
+        for lean in [true, false] {
+            let url = cluster.cluster_url();
+            let endpoint = Endpoint::of(&url, None, t, lean).unwrap();
+            let mut shared = endpoint.connect(&url, t).await.unwrap();
+            let (own, node) = endpoint
+                .own_connection_at(&mut shared, "{q}:stream", t)
+                .await
+                .unwrap();
+            assert!(node.is_some(), "a cluster names the node");
+            assert_eq!(
+                matches!(own, OwnConn::Lean(_)),
+                lean,
+                "cluster, lean {lean}"
+            );
+        }
+    }
 }

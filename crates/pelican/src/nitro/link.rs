@@ -24,7 +24,12 @@ impl Link {
     pub(crate) async fn connect(config: &StreamConfig) -> Result<Arc<Link>> {
         config.validate()?;
         let q = config.connection();
-        let endpoint = Endpoint::of(&q.url, q.tls_root_ca_pem.as_deref(), q.command_timeout)?;
+        let endpoint = Endpoint::of(
+            &q.url,
+            q.tls_root_ca_pem.as_deref(),
+            q.command_timeout,
+            q.lean_connections,
+        )?;
         if matches!(endpoint, Endpoint::Cluster(_)) {
             // Nitro's answer keys carry no hash tag: the answer script spans slots.
             return Err(Error::config(

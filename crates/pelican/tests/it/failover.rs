@@ -4,6 +4,10 @@
 //! (its index unknown) or off (its entry gone without an outcome). And a resharding mid-run: a
 //! partition's slot moved to another master with its keys, every connection answered
 //! `ASK`, `TRYAGAIN` and then `MOVED`: nothing is lost, dedup on or off.
+//!
+//! Every scenario runs twice: on pelican's lean connections (the default for plain TCP)
+//! and on the client library's alone (`QueueConfig::with_lean_connections(false)`, the
+//! path TLS and Unix sockets take): the `*_library_connections` tests.
 
 use crate::common::*;
 use pelican::{Producer, ProducerConfig, QueueConfig};
@@ -42,11 +46,16 @@ enum Disruption {
 /// that body: a stored body with dedup on, and a stored answer either way) and disrupts
 /// partition 0 once a third of them are answered; the last third is called only once the
 /// disruption is over. Returns (answered, failed with a typed error, elapsed).
-async fn run_with_a_failover(dedup: bool, n: usize) -> (usize, Vec<String>, Duration) {
-    run_with(Disruption::KillMaster, dedup, n).await
+async fn run_with_a_failover(dedup: bool, n: usize, lean: bool) -> (usize, Vec<String>, Duration) {
+    run_with(Disruption::KillMaster, dedup, n, lean).await
 }
 
-async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<String>, Duration) {
+async fn run_with(
+    disruption: Disruption,
+    dedup: bool,
+    n: usize,
+    lean: bool,
+) -> (usize, Vec<String>, Duration) {
     let mut cluster = match disruption {
         Disruption::KillMaster => replicated_cluster(),
         Disruption::MoveSlot | Disruption::HoldSlot(_) => RedisCluster::start(3),
@@ -56,7 +65,8 @@ async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<
         pelican_testkit::unique_name("failover"),
     )
     .with_janitor_interval(Duration::from_millis(200))
-    .with_partitions(PARTITIONS);
+    .with_partitions(PARTITIONS)
+    .with_lean_connections(lean);
     let cfg = fast_consumer().with_claim_idle(Duration::from_millis(1500));
     // Each answers with the request's tag: 8 KiB answers are stored beside the stream
     // and fetched by the producer on connections that must follow the slot too.
@@ -148,7 +158,7 @@ async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<
     p.shutdown().await.unwrap();
     drop(cluster);
     eprintln!(
-        "{disruption:?}, dedup {dedup}: {} handler runs for {n} requests",
+        "{disruption:?}, dedup {dedup}, lean {lean}: {} handler runs for {n} requests",
         runs.total()
     );
     (answered.load(Ordering::SeqCst), errors, elapsed)
@@ -156,9 +166,18 @@ async fn run_with(disruption: Disruption, dedup: bool, n: usize) -> (usize, Vec<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_mid_run_loses_nothing_with_dedup() {
-    let (answered, errors, elapsed) = run_with_a_failover(true, 600).await;
+    killed_master_with_dedup(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_mid_run_loses_nothing_with_dedup_library_connections() {
+    killed_master_with_dedup(false).await;
+}
+
+async fn killed_master_with_dedup(lean: bool) {
+    let (answered, errors, elapsed) = run_with_a_failover(true, 600, lean).await;
     eprintln!(
-        "dedup on: {answered} answered, {} errors in {elapsed:?}",
+        "dedup on, lean {lean}: {answered} answered, {} errors in {elapsed:?}",
         errors.len()
     );
     assert!(errors.is_empty(), "calls failed: {errors:?}");
@@ -167,11 +186,20 @@ async fn a_master_killed_mid_run_loses_nothing_with_dedup() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_master_killed_mid_run_without_dedup_every_call_resolves() {
+    killed_master_without_dedup(true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_master_killed_mid_run_without_dedup_every_call_resolves_library_connections() {
+    killed_master_without_dedup(false).await;
+}
+
+async fn killed_master_without_dedup(lean: bool) {
     // None hangs: `run_with_a_failover` gives every call 90 s; each one ended with an
     // answer or a typed error.
-    let (answered, errors, elapsed) = run_with_a_failover(false, 600).await;
+    let (answered, errors, elapsed) = run_with_a_failover(false, 600, lean).await;
     eprintln!(
-        "dedup off: {answered} answered, {} errors in {elapsed:?}: {errors:?}",
+        "dedup off, lean {lean}: {answered} answered, {} errors in {elapsed:?}: {errors:?}",
         errors.len()
     );
     assert_eq!(answered + errors.len(), 600);
@@ -184,7 +212,12 @@ async fn a_master_killed_mid_run_without_dedup_every_call_resolves() {
 /// comes back intact, dedup on and off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_moved_mid_run_loses_nothing() {
-    every_call_answered_across(Disruption::MoveSlot).await;
+    every_call_answered_across(Disruption::MoveSlot, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_moved_mid_run_loses_nothing_library_connections() {
+    every_call_answered_across(Disruption::MoveSlot, false).await;
 }
 
 /// A resharding that takes a while: partition 0's slot stays half moved for 3 s (the
@@ -193,15 +226,20 @@ async fn a_slot_moved_mid_run_loses_nothing() {
 /// call fails, dedup on and off.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slot_half_moved_for_seconds_loses_nothing() {
-    every_call_answered_across(Disruption::HoldSlot(Duration::from_secs(3))).await;
+    every_call_answered_across(Disruption::HoldSlot(Duration::from_secs(3)), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_half_moved_for_seconds_loses_nothing_library_connections() {
+    every_call_answered_across(Disruption::HoldSlot(Duration::from_secs(3)), false).await;
 }
 
 /// Runs 600 calls across `disruption`, dedup on and then off: every one answered.
-async fn every_call_answered_across(disruption: Disruption) {
+async fn every_call_answered_across(disruption: Disruption, lean: bool) {
     for dedup in [true, false] {
-        let (answered, errors, elapsed) = run_with(disruption, dedup, 600).await;
+        let (answered, errors, elapsed) = run_with(disruption, dedup, 600, lean).await;
         eprintln!(
-            "{disruption:?}, dedup {dedup}: {answered} answered, {} errors in {elapsed:?}",
+            "{disruption:?}, dedup {dedup}, lean {lean}: {answered} answered, {} errors in {elapsed:?}",
             errors.len()
         );
         assert!(errors.is_empty(), "dedup {dedup}: calls failed: {errors:?}");
@@ -214,21 +252,32 @@ async fn every_call_answered_across(disruption: Disruption) {
 /// unknown to the new master and submits it again; the caller gets its answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_lost_in_a_failover_is_submitted_again() {
-    lost_in_a_failover(true).await;
+    lost_in_a_failover(true, true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_lost_in_a_failover_is_submitted_again_library_connections() {
+    lost_in_a_failover(true, false).await;
 }
 
 /// The same without dedup: no index to look up, but the entry is gone from the new
 /// master's stream and no outcome came, which the sweep takes for lost (`sweep.rs`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_submission_without_dedup_lost_in_a_failover_is_submitted_again() {
-    lost_in_a_failover(false).await;
+    lost_in_a_failover(false, true).await;
 }
 
-async fn lost_in_a_failover(dedup: bool) {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_submission_without_dedup_lost_in_a_failover_is_submitted_again_library_connections() {
+    lost_in_a_failover(false, false).await;
+}
+
+async fn lost_in_a_failover(dedup: bool, lean: bool) {
     let mut cluster = replicated_cluster();
     let q = QueueConfig::new(cluster.cluster_url(), pelican_testkit::unique_name("lost"))
         .with_janitor_interval(Duration::from_millis(200))
-        .with_partitions(PARTITIONS);
+        .with_partitions(PARTITIONS)
+        .with_lean_connections(lean);
     let p = Producer::<Req, Resp>::connect(q.clone(), producer_config(dedup))
         .await
         .unwrap();
