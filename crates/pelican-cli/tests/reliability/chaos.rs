@@ -31,7 +31,7 @@
 
 use crate::cluster::{cluster_leftovers_unchecked, settled, stream_of, PARTITIONS};
 use crate::common::*;
-use pelican::Keys;
+use pelican::admin::Keys;
 use pelican_testkit::{eventually, unique_name, RedisCluster};
 use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;

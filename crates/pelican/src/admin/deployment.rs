@@ -27,7 +27,8 @@ impl Deployment {
         tls_root_ca_pem: Option<&[u8]>,
         command_timeout: Duration,
     ) -> Result<Deployment> {
-        let endpoint = Endpoint::of(url, tls_root_ca_pem, command_timeout)?;
+        // Only the shared connection is used (no task's own): the lean switch is moot.
+        let endpoint = Endpoint::of(url, tls_root_ca_pem, command_timeout, true)?;
         let conn = endpoint.connect(url, command_timeout).await?;
         Ok(Deployment {
             conn,
